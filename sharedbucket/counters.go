@@ -1,0 +1,54 @@
+package sharedbucket
+
+import (
+	"runtime"
+	"sync/atomic"
+	_ "unsafe" // for go:linkname
+)
+
+// Why per-P counters: Stats must count allowed and denied requests, but any
+// counter written by every call is a cache line that every core takes
+// exclusive on every call. Measured in research: one shared counter turns
+// two goroutines on two keys from 13 ns/op into 61 ns/op, and a read-only
+// denial from 11 ns into ~60. So each P (scheduler slot) has its own line,
+// and a call pins its goroutine to its P while it adds (as sync.Pool does).
+
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
+
+// row is one P's counters, alone on a 64-byte cache line (128 with the
+// adjacent-line prefetcher in mind would double memory for little gain here).
+type row struct {
+	allowed uint64
+	denied  uint64
+	_       [48]byte
+}
+
+// counters are the process-local allowed/denied counts of one Table.
+type counters struct {
+	_    [64]byte // keep the first row off the line of whatever precedes it
+	rows []row
+	mask int
+}
+
+func newCounters() *counters {
+	n := 2
+	for n < runtime.GOMAXPROCS(0) || n < runtime.NumCPU() {
+		n <<= 1
+	}
+	// If GOMAXPROCS is later raised above n, two Ps share a row and an add
+	// can (rarely) be lost: the counts are statistics, not limits.
+	return &counters{rows: make([]row, n), mask: n - 1}
+}
+
+// sum returns the totals over every row.
+func (c *counters) sum() (allowed, denied uint64) {
+	for i := range c.rows {
+		allowed += atomic.LoadUint64(&c.rows[i].allowed)
+		denied += atomic.LoadUint64(&c.rows[i].denied)
+	}
+	return allowed, denied
+}

@@ -1,0 +1,136 @@
+package sharedbucket
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"time"
+)
+
+// File format, version 1. All integers little-endian at 8-byte offsets.
+//
+//	0    magic "SLUICEBT"
+//	8    format version (1)
+//	16   header size (4096)
+//	24   slot size (16)
+//	32   slot count (a power of two)
+//	40   slots offset (4096)
+//	48   total file size
+//	56   clock id (1 = CLOCK_MONOTONIC)
+//	64   boot id (16 bytes)
+//	80   T, ns per token
+//	88   b, burst in tokens
+//	96   Limit as asked by the creator (display only)
+//	104  Window as asked by the creator, ns (display only)
+//	112  probe window (8)
+//	120  hash id (1 = SipHash-1-3)
+//	128  hash key (16 bytes, random per file)
+//	144  creation nonce (16 bytes, random)
+//	160  creation wall time, Unix ns
+//	168  CRC-32C of bytes [0, 168)
+//
+// The header is immutable once the file has a name; the rest of the first
+// page is reserved. Slots follow at 4096: {key uint64, tat int64}, where key
+// is the full keyed hash of the key (0 = empty) and tat is the theoretical
+// arrival time in CLOCK_MONOTONIC ns (≤ now means a full bucket).
+const (
+	magic          = "SLUICEBT"
+	formatVersion  = 1
+	headerSize     = 4096
+	slotSize       = 16
+	clockMonotonic = 1
+	hashSip13      = 1
+	probeWindow    = 8
+	crcOffset      = 168
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// header is the decoded, validated first page of a table file.
+type header struct {
+	slots   int
+	total   int64
+	boot    [16]byte
+	canon   canon
+	limit   int64
+	window  time.Duration
+	k0, k1  uint64
+	nonce   [16]byte
+	created int64
+}
+
+func (h *header) encode() []byte {
+	buf := make([]byte, headerSize)
+	le := binary.LittleEndian
+	copy(buf[0:8], magic)
+	le.PutUint64(buf[8:], formatVersion)
+	le.PutUint64(buf[16:], headerSize)
+	le.PutUint64(buf[24:], slotSize)
+	le.PutUint64(buf[32:], uint64(h.slots))
+	le.PutUint64(buf[40:], headerSize)
+	le.PutUint64(buf[48:], uint64(h.total))
+	le.PutUint64(buf[56:], clockMonotonic)
+	copy(buf[64:80], h.boot[:])
+	le.PutUint64(buf[80:], uint64(h.canon.interval))
+	le.PutUint64(buf[88:], uint64(h.canon.burst))
+	le.PutUint64(buf[96:], uint64(h.limit))
+	le.PutUint64(buf[104:], uint64(h.window))
+	le.PutUint64(buf[112:], probeWindow)
+	le.PutUint64(buf[120:], hashSip13)
+	le.PutUint64(buf[128:], h.k0)
+	le.PutUint64(buf[136:], h.k1)
+	copy(buf[144:160], h.nonce[:])
+	le.PutUint64(buf[160:], uint64(h.created))
+	le.PutUint32(buf[crcOffset:], crc32.Checksum(buf[:crcOffset], castagnoli))
+	return buf
+}
+
+// decodeHeader validates buf (the first headerSize bytes of a file). Every
+// failure wraps ErrCorrupt and says what was wrong.
+func decodeHeader(buf []byte) (*header, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
+	}
+	if len(buf) < headerSize {
+		return nil, bad("header is %d bytes, want %d", len(buf), headerSize)
+	}
+	if string(buf[0:8]) != magic {
+		return nil, bad("bad magic %q (not a sharedbucket table)", buf[0:8])
+	}
+	le := binary.LittleEndian
+	if v := le.Uint64(buf[8:]); v != formatVersion {
+		return nil, bad("format version %d, this code reads %d", v, formatVersion)
+	}
+	if got, want := le.Uint32(buf[crcOffset:]), crc32.Checksum(buf[:crcOffset], castagnoli); got != want {
+		return nil, bad("header checksum %08x, computed %08x", got, want)
+	}
+	h := &header{
+		slots:   int(le.Uint64(buf[32:])),
+		total:   int64(le.Uint64(buf[48:])),
+		canon:   canon{interval: int64(le.Uint64(buf[80:])), burst: int64(le.Uint64(buf[88:]))},
+		limit:   int64(le.Uint64(buf[96:])),
+		window:  time.Duration(le.Uint64(buf[104:])),
+		k0:      le.Uint64(buf[128:]),
+		k1:      le.Uint64(buf[136:]),
+		created: int64(le.Uint64(buf[160:])),
+	}
+	copy(h.boot[:], buf[64:80])
+	copy(h.nonce[:], buf[144:160])
+	switch {
+	case le.Uint64(buf[16:]) != headerSize, le.Uint64(buf[40:]) != headerSize:
+		return nil, bad("header size %d / slots offset %d", le.Uint64(buf[16:]), le.Uint64(buf[40:]))
+	case le.Uint64(buf[24:]) != slotSize:
+		return nil, bad("slot size %d", le.Uint64(buf[24:]))
+	case h.slots < minSlots || h.slots > MaxSlots || h.slots&(h.slots-1) != 0:
+		return nil, bad("slot count %d is not a power of two in [%d, %d]", h.slots, minSlots, MaxSlots)
+	case h.total != headerSize+int64(h.slots)*slotSize:
+		return nil, bad("total size %d for %d slots", h.total, h.slots)
+	case le.Uint64(buf[56:]) != clockMonotonic:
+		return nil, bad("clock id %d", le.Uint64(buf[56:]))
+	case le.Uint64(buf[112:]) != probeWindow, le.Uint64(buf[120:]) != hashSip13:
+		return nil, bad("probe window %d / hash id %d", le.Uint64(buf[112:]), le.Uint64(buf[120:]))
+	case h.canon.interval < 1 || h.canon.burst < 1 || h.canon.interval > maxTau/h.canon.burst:
+		return nil, bad("policy T=%d b=%d", h.canon.interval, h.canon.burst)
+	}
+	return h, nil
+}

@@ -1,0 +1,86 @@
+package sharedbucket
+
+import (
+	"fmt"
+	"os"
+)
+
+// DefaultSlots is the slot count of a table opened without WithSlots:
+// 65536 keys in a 1 MiB file.
+const DefaultSlots = 1 << 16
+
+// MaxSlots is the largest slot count WithSlots accepts (a 16 GiB file).
+const MaxSlots = 1 << 30
+
+// minSlots is the smallest table: one probe window.
+const minSlots = probeWindow
+
+// An Option configures Open and Arena.Rate.
+type Option func(*config)
+
+type config struct {
+	slots      int         // requested; rounded up to a power of two ≥ minSlots
+	failClosed bool        // deny (instead of allow) when the CAS retry bound is hit
+	mode       os.FileMode // permission bits of a created file
+	err        error       // first invalid option, reported by Open
+}
+
+func defaultConfig() config {
+	return config{slots: DefaultSlots, mode: 0o600}
+}
+
+// WithSlots sets how many keys the table holds, rounded up to a power of two
+// (at least 8, at most MaxSlots). The slot count is part of a table's
+// identity: attaching with another count is refused with ErrPolicyMismatch.
+// Each slot takes 16 bytes of the file. Size it above the number of keys
+// live at once (a key whose bucket is full takes no slot); when a probe
+// window of 8 slots is all live, a new key evicts the bucket nearest to full,
+// which is counted in Stats.Evicted.
+func WithSlots(n int) Option {
+	return func(c *config) {
+		if n < 1 || n > MaxSlots {
+			c.setErr(fmt.Errorf("sharedbucket: WithSlots(%d): must be in [1, %d]", n, MaxSlots))
+			return
+		}
+		c.slots = n
+	}
+}
+
+// FailClosed makes this handle deny a request when it cannot land its
+// compare-and-swap within the retry bound (extreme contention on one key),
+// instead of the default of allowing it. Either way the event is counted in
+// Stats.Contended. Use it for limits where a false "yes" is worse than a
+// false "no" (logins, password resets). It is per handle, not stored in the
+// file.
+func FailClosed() Option {
+	return func(c *config) { c.failClosed = true }
+}
+
+// WithMode sets the permission bits of a file this handle creates (default
+// 0600: only the owner's processes can share the table). Attaching to a file
+// that grants write access beyond these bits is refused, as is a file owned
+// by another user. Only permission bits (0777) are allowed.
+func WithMode(perm os.FileMode) Option {
+	return func(c *config) {
+		if perm&^0o777 != 0 || perm&0o600 != 0o600 {
+			c.setErr(fmt.Errorf("sharedbucket: WithMode(%#o): want permission bits including 0600", perm))
+			return
+		}
+		c.mode = perm
+	}
+}
+
+func (c *config) setErr(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// roundSlots rounds n up to a power of two, at least minSlots.
+func roundSlots(n int) int {
+	s := minSlots
+	for s < n {
+		s <<= 1
+	}
+	return s
+}
