@@ -1,0 +1,249 @@
+package sched
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// ctxKey is the context key under which a loop's contexts find the nearest
+// loop context (*loopCtx).
+type ctxKey struct{}
+
+// A loopCtx is a cancellable context bound to a loop: the root context of
+// Run, a daemon's context, and the contexts of WithTimeout and WithDeadline.
+//
+// Why not context.WithCancel: its Err can only become Canceled, and a
+// deadline on the loop's clock must read DeadlineExceeded in this context and
+// in every context derived from it. Why not context.WithDeadline: it runs on
+// real time. loopCtx implements AfterFunc, so the standard library registers
+// contexts derived from it without a goroutine each, and propagates its
+// exact error to them.
+type loopCtx struct {
+	parent   context.Context
+	l        *loop
+	deadline time.Time // zero when this context has none of its own
+	done     chan struct{}
+
+	mu         sync.Mutex
+	err        error
+	cause      error
+	funcs      map[uint64]func() // AfterFunc callbacks, run once on cancel
+	nextFunc   uint64
+	waiters    waiterList // parked Waiters, cancelled on cancel
+	timer      Timer      // the deadline timer, nil when none is armed
+	stopParent func() bool
+}
+
+func newLoopCtx(parent context.Context, l *loop) *loopCtx {
+	c := &loopCtx{parent: parent, l: l, done: make(chan struct{})}
+	c.propagate()
+	return c
+}
+
+// propagate arranges for c to be cancelled when its parent is.
+func (c *loopCtx) propagate() {
+	if c.parent.Done() == nil {
+		return
+	}
+	if err := c.parent.Err(); err != nil {
+		c.cancel(err, context.Cause(c.parent))
+		return
+	}
+	if p := nearestLoopCtx(c.parent); p != nil {
+		// A loop context, possibly under WithValue wrappers: register
+		// directly, so the error propagates synchronously on the loop.
+		c.stopParent = p.AfterFunc(func() { c.cancel(p.Err(), p.causeOrErr()) })
+		return
+	}
+	parent := c.parent
+	c.stopParent = context.AfterFunc(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
+}
+
+// nearestLoopCtx returns ctx's nearest loop context when ctx is done exactly
+// when that context is (ctx is the loop context itself or a value wrapper).
+func nearestLoopCtx(ctx context.Context) *loopCtx {
+	if c, ok := ctx.(*loopCtx); ok {
+		return c
+	}
+	c, _ := ctx.Value(ctxKey{}).(*loopCtx)
+	if c == nil || ctx.Done() != c.done {
+		return nil
+	}
+	return c
+}
+
+func (c *loopCtx) Deadline() (time.Time, bool) {
+	if !c.deadline.IsZero() {
+		return c.deadline, true
+	}
+	return c.parent.Deadline()
+}
+
+func (c *loopCtx) Done() <-chan struct{} { return c.done }
+
+func (c *loopCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *loopCtx) causeOrErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cause != nil {
+		return c.cause
+	}
+	return c.err
+}
+
+func (c *loopCtx) Value(key any) any {
+	if key == (ctxKey{}) {
+		return c
+	}
+	return c.parent.Value(key)
+}
+
+func (c *loopCtx) String() string { return "sched.loopContext" }
+
+// AfterFunc arranges to call f once after c is cancelled, on the goroutine
+// that cancels it (without c's lock held). It returns a function that
+// unregisters f and reports whether it did so before f started. It is what
+// context.AfterFunc and the standard derived contexts use.
+func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		f()
+		return func() bool { return false }
+	}
+	if c.funcs == nil {
+		c.funcs = make(map[uint64]func())
+	}
+	c.nextFunc++
+	id := c.nextFunc
+	c.funcs[id] = f
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.funcs[id]
+		delete(c.funcs, id)
+		return ok
+	}
+}
+
+// addWaiter registers w to be cancelled with c. It reports false, registering
+// nothing, when c is already done.
+func (c *loopCtx) addWaiter(w *Waiter) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return false
+	}
+	c.waiters.push(w)
+	w.ctx = c
+	return true
+}
+
+// removeWaiter unregisters w if it is still registered.
+func (c *loopCtx) removeWaiter(w *Waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.ctx == c {
+		c.waiters.remove(w)
+		w.ctx = nil
+	}
+}
+
+// cancel ends c with err (and cause, defaulting to err) unless it has ended
+// already. Callbacks and waiters run after the lock is released, so they may
+// take other locks, read c, or cancel other contexts.
+func (c *loopCtx) cancel(err, cause error) {
+	if cause == nil {
+		cause = err
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err, c.cause = err, cause
+	close(c.done)
+	// Snapshot the waiters with the generation they waited in: a waiter
+	// woken and reused meanwhile must not be cancelled in its new wait.
+	var parked []waiterGen
+	for w := c.waiters.head; w != nil; w = w.ctxNext {
+		parked = append(parked, waiterGen{w, w.gen()})
+		w.ctx = nil
+	}
+	c.waiters = waiterList{}
+	funcs := c.funcs
+	c.funcs = nil
+	timer, stopParent := c.timer, c.stopParent
+	c.timer, c.stopParent = nil, nil
+	c.mu.Unlock()
+
+	if timer != nil {
+		timer.Stop()
+	}
+	if stopParent != nil {
+		stopParent()
+	}
+	for _, p := range parked {
+		p.w.cancelGen(p.gen)
+	}
+	// Map order is random; callbacks are independent of one another, and
+	// they only cancel contexts or hand work to goroutines.
+	for _, f := range funcs {
+		f()
+	}
+}
+
+// WithTimeout is WithDeadline(ctx, Now(ctx).Add(d)).
+func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if nearestLoop(ctx) == nil {
+		return context.WithTimeout(ctx, d)
+	}
+	return WithDeadline(ctx, Now(ctx).Add(d))
+}
+
+// WithDeadline returns a copy of ctx that is cancelled at deadline t on the
+// ctx's clock, when the returned cancel function is called, or when ctx is
+// cancelled, whichever happens first. Inside a loop the deadline is on the
+// loop's clock (virtual or real): at the deadline Err returns
+// context.DeadlineExceeded and Deadline reports t, in this context and in
+// every context derived from it; no goroutine is started for it. A parent
+// deadline earlier than t wins. Outside any loop it is
+// context.WithDeadline. Call cancel as soon as the work is done, to disarm
+// the timer.
+func WithDeadline(ctx context.Context, t time.Time) (context.Context, context.CancelFunc) {
+	l := nearestLoop(ctx)
+	if l == nil {
+		return context.WithDeadline(ctx, t)
+	}
+	c := &loopCtx{parent: ctx, l: l, done: make(chan struct{})}
+	if pd, ok := ctx.Deadline(); ok && !pd.After(t) {
+		// The parent ends first; it will tell us, with its own error.
+		c.propagate()
+		return c, func() { c.cancel(context.Canceled, nil) }
+	}
+	c.deadline = t
+	c.propagate()
+	d := t.Sub(l.clock.Now())
+	if d <= 0 {
+		c.cancel(context.DeadlineExceeded, nil)
+		return c, func() { c.cancel(context.Canceled, nil) }
+	}
+	timer := l.clock.AfterFunc(d, func() { c.cancel(context.DeadlineExceeded, nil) })
+	c.mu.Lock()
+	if c.err == nil {
+		c.timer = timer
+		timer = nil
+	}
+	c.mu.Unlock()
+	if timer != nil { // cancelled by the parent meanwhile
+		timer.Stop()
+	}
+	return c, func() { c.cancel(context.Canceled, nil) }
+}

@@ -1,0 +1,162 @@
+package sched
+
+import (
+	"context"
+	"iter"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"sync"
+)
+
+// A Fiber is one thread of control in a loop, started by Go or Daemon. Its
+// methods are safe for concurrent use.
+type Fiber struct {
+	l      *loop
+	id     uint64
+	daemon bool
+	ctx    context.Context
+	fn     func(context.Context) error
+
+	// Loop-thread state.
+	next     func() (struct{}, bool)
+	stop     func()
+	yield    func(struct{}) bool
+	parkedOn *Waiter // the wait it is parked in, nil if runnable or running
+	site     string  // where it parked, filled in only for a DeadlockError
+	panicVal any
+	panicked bool
+	stack    []byte
+	prev     *Fiber // the loop's list of live fibers
+	nextLive *Fiber
+
+	mu      sync.Mutex // guards the fields below, read by Wait from any goroutine
+	ended   bool
+	err     error
+	waited  bool
+	joiners []*Waiter
+}
+
+// ID returns the fiber's number, unique within its loop; main is 1.
+func (f *Fiber) ID() uint64 { return f.id }
+
+// Go starts fn in a new fiber of ctx's loop and returns at once; the new
+// fiber runs after the fibers already runnable. Run does not return before it
+// ends. Go panics if ctx belongs to no loop or fn is nil: both are mistakes a
+// caller can always avoid.
+func Go(ctx context.Context, fn func(ctx context.Context) error) *Fiber {
+	return spawn(ctx, fn, false, "sched.Go")
+}
+
+// Daemon is Go for a fiber that never keeps a run open: when only daemons
+// remain, Run cancels their contexts, lets them finish, and returns. A
+// daemon that parks again after its cancellation is stopped (its deferred
+// calls run). Limiter refills and tickers run as daemons, so a forgotten
+// Stop cannot hang a program.
+func Daemon(ctx context.Context, fn func(ctx context.Context) error) *Fiber {
+	return spawn(ctx, fn, true, "sched.Daemon")
+}
+
+func spawn(ctx context.Context, fn func(context.Context) error, daemon bool, what string) *Fiber {
+	if fn == nil {
+		panic(what + " with a nil func")
+	}
+	l := nearestLoop(ctx)
+	if l == nil {
+		panic(what + " called with a context that is not inside a sched.Run loop")
+	}
+	if daemon {
+		c := newLoopCtx(ctx, l)
+		ctx = c
+	}
+	return l.spawn(ctx, fn, daemon)
+}
+
+// body is the coroutine of the fiber.
+func (f *Fiber) body(yield func(struct{}) bool) {
+	f.yield = yield
+	defer func() {
+		if r := recover(); r != nil {
+			if r == errKilled {
+				f.setErr(errKilled)
+				return
+			}
+			f.panicked, f.panicVal, f.stack = true, r, debug.Stack()
+		}
+	}()
+	f.setErr(f.fn(f.ctx))
+}
+
+func (f *Fiber) setErr(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+func (f *Fiber) start() {
+	f.next, f.stop = iter.Pull(f.body)
+}
+
+// funcName names the fiber's function, for panic reports.
+func (f *Fiber) funcName() string {
+	if fn := runtime.FuncForPC(reflect.ValueOf(f.fn).Pointer()); fn != nil {
+		return fn.Name()
+	}
+	return "?"
+}
+
+// Wait blocks until f ends and returns f's error. Inside a loop it parks the
+// calling fiber. If ctx ends first it returns ctx.Err() and f runs on.
+func (f *Fiber) Wait(ctx context.Context) error {
+	f.mu.Lock()
+	if f.ended {
+		f.waited = true
+		err := f.err
+		f.mu.Unlock()
+		return err
+	}
+	f.mu.Unlock()
+	if cur := nearestLoop(ctx); cur != nil && cur.current == f {
+		panic("sched: a fiber cannot Wait for itself")
+	}
+	w := &Waiter{Reason: "Fiber.Wait"}
+	w.OnCancel = func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for i, j := range f.joiners {
+			if j == w {
+				f.joiners = append(f.joiners[:i], f.joiners[i+1:]...)
+				break
+			}
+		}
+	}
+	w.Prepare(ctx)
+	f.mu.Lock()
+	if f.ended {
+		f.waited = true
+		err := f.err
+		f.mu.Unlock()
+		return err
+	}
+	f.joiners = append(f.joiners, w)
+	f.mu.Unlock()
+	if err := w.Wait(ctx); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waited = true
+	return f.err
+}
+
+// finish records that f ended and wakes its joiners.
+func (f *Fiber) finish() {
+	f.mu.Lock()
+	f.ended = true
+	joiners := f.joiners
+	f.joiners = nil
+	f.mu.Unlock()
+	for _, w := range joiners {
+		w.Wake()
+	}
+}

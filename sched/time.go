@@ -1,0 +1,114 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Now returns the current time of ctx's clock: the loop's clock inside a
+// loop, real time outside one.
+func Now(ctx context.Context) time.Time {
+	if l := nearestLoop(ctx); l != nil {
+		return l.clock.Now()
+	}
+	return time.Now()
+}
+
+// Yield lets every other runnable fiber run once before the calling fiber
+// goes on. Outside a loop it is runtime.Gosched.
+func Yield(ctx context.Context) {
+	l := nearestLoop(ctx)
+	if l == nil {
+		runtime.Gosched()
+		return
+	}
+	f := l.current
+	if f == nil {
+		panic("sched: Yield with a loop's context outside the loop's fibers")
+	}
+	l.runq.push(f)
+	l.park(f, nil)
+}
+
+// A sleeper is a pooled Waiter with its wake callback bound once, so a
+// Sleep allocates nothing but its timer.
+type sleeper struct {
+	w    Waiter
+	wake func()
+}
+
+var sleepers = sync.Pool{New: func() any {
+	s := &sleeper{}
+	s.w.Reason = "sched.Sleep"
+	s.wake = func() { s.w.Wake() }
+	return s
+}}
+
+// Sleep pauses the caller for d on ctx's clock and returns nil, or returns
+// ctx.Err() as soon as ctx ends. Inside a loop it parks the fiber (under a
+// virtual clock it wakes at exactly Now()+d); outside a loop it blocks the
+// goroutine on real time. Sleep(ctx, 0) yields. A negative d is an error.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("sched: Sleep with negative duration %v", d)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l := nearestLoop(ctx)
+	if l == nil {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if d == 0 {
+		Yield(ctx)
+		return nil
+	}
+	s := sleepers.Get().(*sleeper)
+	s.w.Prepare(ctx)
+	t := l.clock.AfterFunc(d, s.wake)
+	err := s.w.Wait(ctx)
+	if err != nil && !t.Stop() {
+		// The timer is firing on another goroutine and will call Wake on
+		// this Waiter: never reuse it.
+		return err
+	}
+	sleepers.Put(s)
+	return err
+}
+
+// Advance moves the virtual time of ctx's loop forward by d, step by step:
+// it fires the next due timer, runs every fiber that timer woke until they
+// all park, and repeats until d has passed; then the calling fiber resumes
+// at exactly Now()+d. Other fibers' timers beyond that instant do not fire.
+// It returns ErrNotInLoop outside a loop, ErrNotVirtual under real time, and
+// an error for a negative d or when another fiber is inside Advance.
+func Advance(ctx context.Context, d time.Duration) error {
+	l := nearestLoop(ctx)
+	switch {
+	case l == nil:
+		return ErrNotInLoop
+	case l.virtual == nil:
+		return ErrNotVirtual
+	case d < 0:
+		return fmt.Errorf("sched: Advance by negative duration %v", d)
+	case l.current == nil:
+		panic("sched: Advance with a loop's context outside the loop's fibers")
+	case l.advancer != nil:
+		return fmt.Errorf("sched: Advance: fiber %d is already advancing the clock", l.advancer.id)
+	}
+	f := l.current
+	l.advancer = f
+	l.advanceTarget = l.clock.Now().Add(d)
+	l.park(f, nil)
+	return nil
+}

@@ -1,0 +1,218 @@
+package sched
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Waiter states, in the low two bits of Waiter.state; the bits above count
+// uses of the Waiter (its generation).
+const (
+	statePending   = 0
+	stateWoken     = 1
+	stateCancelled = 2
+	stateMask      = 3
+	genStep        = 4
+)
+
+// A Waiter parks one caller until another party calls Wake, or until the
+// caller's context ends. It is the building block of every blocking call in
+// Sluice: inside a loop it parks the calling fiber, outside one it blocks the
+// calling goroutine. Wake may be called from any goroutine; a wake for a
+// fiber reaches its loop through the loop's inbox.
+//
+// The protocol, for a queue guarded by the owner's lock:
+//
+//	w.Prepare(ctx)           // bind w to the caller, before anyone can see it
+//	mu.Lock(); q.push(w); mu.Unlock()
+//	err := w.Wait(ctx)       // nil: woken; else ctx.Err(), and OnCancel has run
+//
+// and the waker, under mu, removes w from q and calls w.Wake; if Wake
+// returns false the wait was cancelled first and the waker moves on. Exactly
+// one of Wake and cancellation wins, so a grant is never lost: OnCancel runs
+// (on the cancelling goroutine, before the waiting caller resumes) only when
+// cancellation won, and it must take w out of the owner's queue and pass on
+// anything w was holding.
+//
+// The zero value is ready for Prepare. A Waiter may be reused once Wait has
+// returned and nobody else refers to it. It must not be copied after first use.
+type Waiter struct {
+	// Reason says what the caller waits for, as shown in a DeadlockError
+	// (for example "semaphore.Acquire"). N, if non-zero, is shown as " n=N".
+	Reason string
+	N      int64
+	// OnCancel, if set, runs once when cancellation wins over Wake, before
+	// the waiting caller resumes. It may run on any goroutine, and must not
+	// wait for the waiting caller.
+	OnCancel func()
+
+	state atomic.Uint64
+
+	// Bound by Prepare.
+	l  *loop
+	f  *Fiber
+	ch chan struct{} // goroutine mode: one send per Wake, reused
+
+	// Registration with a loop context, guarded by that context's mu.
+	ctx              *loopCtx
+	ctxPrev, ctxNext *Waiter
+}
+
+type waiterGen struct {
+	w   *Waiter
+	gen uint64
+}
+
+// Prepare binds w to the caller that will Wait on ctx (the current fiber
+// when ctx belongs to a loop, else the calling goroutine) and readies it for
+// one wait. Call it before publishing w to any waker.
+func (w *Waiter) Prepare(ctx context.Context) {
+	// A new generation: late cancellations of the previous use fail.
+	s := w.state.Load()
+	w.state.Store((s &^ stateMask) + genStep)
+	w.l, w.f = nil, nil
+	if l := nearestLoop(ctx); l != nil {
+		f := l.current
+		if f == nil {
+			panic("sched: a loop's context used to wait outside the loop's fibers")
+		}
+		w.l, w.f = l, f
+		return
+	}
+	if w.ch == nil {
+		w.ch = make(chan struct{}, 1)
+	}
+}
+
+func (w *Waiter) gen() uint64 { return w.state.Load() &^ stateMask }
+
+// Wake ends the wait with success. It reports whether it did; false means the
+// wait had been cancelled (or already woken) and the caller keeps whatever it
+// meant to grant. Safe to call from any goroutine.
+func (w *Waiter) Wake() bool {
+	for {
+		s := w.state.Load()
+		if s&stateMask != statePending {
+			return false
+		}
+		if w.state.CompareAndSwap(s, s|stateWoken) {
+			w.resume()
+			return true
+		}
+	}
+}
+
+// cancelGen cancels the wait of generation gen if it is still pending.
+func (w *Waiter) cancelGen(gen uint64) {
+	if !w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
+		return
+	}
+	if w.OnCancel != nil {
+		w.OnCancel()
+	}
+	w.resume()
+}
+
+// resume lets the waiting caller go on, after exactly one state transition.
+func (w *Waiter) resume() {
+	if w.f != nil {
+		w.l.ready(w.f)
+		return
+	}
+	w.ch <- struct{}{}
+}
+
+// Wait blocks until w is woken (nil) or ctx ends (ctx.Err(), after
+// OnCancel). A ctx already done when Wait starts fails at once without
+// parking, unless a Wake came first. Inside a loop, the fiber parks and other
+// fibers run; the cancellation is seen at the exact (virtual) instant the
+// context ends.
+func (w *Waiter) Wait(ctx context.Context) error {
+	if w.f == nil {
+		return w.waitGoroutine(ctx)
+	}
+	gen := w.gen()
+	done := ctx.Done()
+	var stop func() bool
+	if done != nil {
+		if ctx.Err() != nil {
+			if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
+				if w.OnCancel != nil {
+					w.OnCancel()
+				}
+				return ctx.Err()
+			}
+			// Woken first: the wake has queued us; take that turn below.
+		} else if c := nearestLoopCtx(ctx); c != nil {
+			if !c.addWaiter(w) {
+				w.cancelGen(gen) // ended just now
+			}
+		} else {
+			// A context of another kind: its callback runs on a goroutine
+			// of its own, so the loop must not judge itself idle while the
+			// cancellation is on its way (see loop.outsidePending).
+			w.l.watch(w, ctx)
+			stop = context.AfterFunc(ctx, func() { w.cancelGen(gen) })
+		}
+	}
+	w.l.park(w.f, w)
+	if stop != nil {
+		stop()
+		w.l.unwatch(w)
+	} else if c := w.ctx; c != nil {
+		c.removeWaiter(w)
+	}
+	if w.state.Load()&stateMask == stateWoken {
+		return nil
+	}
+	return ctx.Err()
+}
+
+func (w *Waiter) waitGoroutine(ctx context.Context) error {
+	done := ctx.Done()
+	if done == nil {
+		<-w.ch
+		return nil
+	}
+	gen := w.gen()
+	select {
+	case <-w.ch:
+		return nil
+	case <-done:
+		if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
+			if w.OnCancel != nil {
+				w.OnCancel()
+			}
+			return ctx.Err()
+		}
+		<-w.ch // Wake won the race; its send is on the way
+		return nil
+	}
+}
+
+// waiterList is an intrusive doubly linked list of Waiters.
+type waiterList struct{ head, tail *Waiter }
+
+func (q *waiterList) push(w *Waiter) {
+	w.ctxPrev, w.ctxNext = q.tail, nil
+	if q.tail != nil {
+		q.tail.ctxNext = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+}
+
+func (q *waiterList) remove(w *Waiter) {
+	if w.ctxPrev != nil {
+		w.ctxPrev.ctxNext = w.ctxNext
+	} else {
+		q.head = w.ctxNext
+	}
+	if w.ctxNext != nil {
+		w.ctxNext.ctxPrev = w.ctxPrev
+	} else {
+		q.tail = w.ctxPrev
+	}
+	w.ctxPrev, w.ctxNext = nil, nil
+}

@@ -1,0 +1,144 @@
+// Package vclock is a virtual clock with a timer heap. Time moves only when
+// told to, by hand (Advance, AdvanceTo) or by a run loop (package sched) that
+// jumps to the next deadline when every fiber is parked.
+//
+// Timers fire in (deadline, creation order). Each callback runs with the
+// clock reading exactly its own deadline, and never under the clock's lock,
+// so a callback may read the clock, stop timers or add new ones. Nothing in
+// this package sleeps in real time.
+package vclock
+
+import (
+	"container/heap"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Epoch is the start of a clock created with a zero time: 2000-01-01T00:00:00Z.
+var Epoch = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// A Clock is a virtual clock. It is safe for concurrent use; its zero value
+// is not usable, call New.
+type Clock struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    uint64    // creation order of timers, the tie-breaker for equal deadlines
+	timers timerHeap // armed timers, earliest (deadline, seq) first
+}
+
+// New returns a clock reading start. A zero start means Epoch.
+func New(start time.Time) *Clock {
+	if start.IsZero() {
+		start = Epoch
+	}
+	return &Clock{now: start}
+}
+
+// Now returns the clock's current time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Since returns the time elapsed since t on this clock.
+func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// Until returns the duration until t on this clock.
+func (c *Clock) Until(t time.Time) time.Duration { return t.Sub(c.Now()) }
+
+// AfterFunc arms a timer that calls f once the clock reaches Now()+d. A d of
+// zero or less fires at the current instant, on the next Advance or AdvanceTo
+// (including Advance(0)). f runs on the goroutine that advances the clock,
+// without the clock's lock held. It panics if f is nil.
+func (c *Clock) AfterFunc(d time.Duration, f func()) *Timer {
+	if f == nil {
+		panic("vclock: AfterFunc with nil func")
+	}
+	t := &Timer{c: c, f: f, index: -1}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.arm(t, d)
+	return t
+}
+
+// arm schedules t at now+d (never before now). c.mu is held.
+func (c *Clock) arm(t *Timer, d time.Duration) {
+	if d < 0 {
+		d = 0
+	}
+	t.when = c.now.Add(d)
+	c.seq++
+	t.seq = c.seq
+	heap.Push(&c.timers, t)
+}
+
+// Advance moves the clock forward by d, firing every timer whose deadline is
+// reached, one at a time in (deadline, creation order), with the clock set to
+// each timer's deadline while its callback runs. Timers that callbacks add
+// within the window fire too. It panics if d is negative: time never goes
+// backwards.
+func (c *Clock) Advance(d time.Duration) {
+	if d < 0 {
+		panic(fmt.Sprintf("vclock: Advance by negative duration %v", d))
+	}
+	c.mu.Lock()
+	target := c.now.Add(d)
+	c.mu.Unlock()
+	c.advanceTo(target)
+}
+
+// AdvanceTo moves the clock forward to t as Advance does. A t at or before
+// Now fires only the timers already due and leaves the time unchanged: time
+// never goes backwards.
+func (c *Clock) AdvanceTo(t time.Time) { c.advanceTo(t) }
+
+// FireNext fires the single earliest timer if its deadline is at or before
+// limit, moving the clock to that deadline first. It reports whether a timer
+// fired. Run loops use it to interleave timers with the fibers they wake.
+func (c *Clock) FireNext(limit time.Time) bool {
+	c.mu.Lock()
+	if len(c.timers) == 0 || c.timers[0].when.After(limit) {
+		c.mu.Unlock()
+		return false
+	}
+	t := heap.Pop(&c.timers).(*Timer)
+	if t.when.After(c.now) {
+		c.now = t.when
+	}
+	f := t.f
+	c.mu.Unlock()
+	f()
+	return true
+}
+
+func (c *Clock) advanceTo(target time.Time) {
+	for c.FireNext(target) {
+	}
+	c.mu.Lock()
+	if target.After(c.now) {
+		c.now = target
+	}
+	c.mu.Unlock()
+}
+
+// Next returns the earliest pending deadline, and false when no timer is armed.
+func (c *Clock) Next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.timers) == 0 {
+		return time.Time{}, false
+	}
+	return c.timers[0].when, true
+}
+
+// Pending returns the number of armed timers.
+func (c *Clock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.timers)
+}
+
+// String reports the clock's time, for logs and test failures.
+func (c *Clock) String() string { return "vclock " + c.Now().Format(time.RFC3339Nano) }
