@@ -31,17 +31,17 @@ type loop struct {
 	daemonsCancelled bool
 	advancer         *Fiber // the fiber inside Advance, if any
 	advanceTarget    time.Time
-	probing          bool   // parked fibers are being resumed to report their site
-	failure          error  // a panic or deadlock that ends the run
+	probing          bool  // parked fibers are being resumed to report their site
+	failure          error // a panic or deadlock that ends the run
 	failed           []*Fiber
 	ended            atomic.Bool
 
 	mu       sync.Mutex // guards the fields below, shared with other goroutines
 	inbox    []*Fiber   // fibers woken from anywhere, in wake order
 	spare    []*Fiber
-	blocking int                          // Blocking calls in flight
+	blocking int                         // Blocking calls in flight
 	watched  map[*Waiter]context.Context // waits on contexts that cancel from their own goroutine
-	sleeping bool                         // the loop is blocked on notify
+	sleeping bool                        // the loop is blocked on notify
 	notify   chan struct{}
 	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
 }
