@@ -28,7 +28,7 @@ type vclock struct {
 	now time.Duration
 }
 
-func (c *vclock) Now() time.Duration { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *vclock) Now() time.Duration      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *vclock) Advance(d time.Duration) { c.mu.Lock(); c.now += d; c.mu.Unlock() }
 
 func TestMemoryVirtualTime(t *testing.T) {

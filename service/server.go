@@ -1,0 +1,393 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-go/sluice/service/store"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxBodyBytes = 4 << 10
+	DefaultStoreTimeout = 250 * time.Millisecond
+)
+
+// Config configures a Server. Store and Default are required.
+type Config struct {
+	Store   store.Store
+	Default store.Policy            // for keys not in Limits; Name defaults to "default"
+	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns
+	// Shadow makes the server decide and count but answer every decision as
+	// allowed (the response carries "shadow_denied":true where it would deny).
+	Shadow bool
+	// FailOpen answers allowed when the store fails; otherwise such requests
+	// are denied (429 with Retry-After: 1). Either way the body says
+	// "degraded" and the error is counted.
+	FailOpen bool
+	// StoreTimeout bounds one store call (default DefaultStoreTimeout).
+	StoreTimeout time.Duration
+	// MaxBodyBytes caps a POST body (default DefaultMaxBodyBytes); larger
+	// bodies get 413.
+	MaxBodyBytes int64
+	Logger       *slog.Logger         // default slog.Default()
+	Registry     *prometheus.Registry // default NewRegistry()
+}
+
+// Server answers /allow, /stats, /healthz and /metrics. Create it with New;
+// it is safe for concurrent use. It does not own the store: closing it is the
+// caller's business.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+
+	def      policyEntry
+	byKey    map[string]*policyEntry // read-only after New
+	storeLat prometheus.Observer
+	storeErr prometheus.Counter
+
+	allowed, denied atomic.Int64
+	storeDown       atomic.Bool // for logging transitions only
+}
+
+type policyEntry struct {
+	p        store.Policy
+	counters *policyCounters
+	header   string // RateLimit-Policy value
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("service: Config.Store is nil")
+	}
+	if cfg.Default.Name == "" {
+		cfg.Default.Name = "default"
+	}
+	if err := cfg.Default.Validate(); err != nil {
+		return nil, fmt.Errorf("service: default policy: %w", err)
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
+	s.def = s.entry(cfg.Default)
+	for k, p := range cfg.Limits {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
+		}
+		if p.Name == "" {
+			p.Name = policyName(k, 0)
+		}
+		e := s.entry(p)
+		s.byKey[k] = &e
+	}
+	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
+	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
+
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/allow", s.handleAllow)
+	s.mux.HandleFunc("/stats", s.handleStats)
+	s.mux.HandleFunc("/healthz", s.handleHealthz)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
+	})
+	return s, nil
+}
+
+func (s *Server) entry(p store.Policy) policyEntry {
+	// Why w = ⌈burst/rate⌉: RateLimit-Policy describes a quota q per window w;
+	// a GCRA bucket refills its whole burst in burst/rate seconds, and the
+	// draft wants whole seconds.
+	w := max(1, int64(math.Ceil(float64(p.Burst)/p.Rate)))
+	return policyEntry{
+		p:        p,
+		counters: s.metrics.forPolicy(p.Name),
+		header:   sfString(p.Name) + ";q=" + strconv.FormatInt(p.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) policy(key string) *policyEntry {
+	if e, ok := s.byKey[key]; ok {
+		return e
+	}
+	return &s.def
+}
+
+func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
+	var a allowArgs
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		if status, err := s.readBody(w, r, &a); err != nil {
+			s.fail(w, status, "%v", err)
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed on /allow: use GET or POST", r.Method)
+		return
+	}
+	if err := parseAllowQuery(r.URL.RawQuery, &a); err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if err := a.validate(); err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	e := s.policy(a.key)
+	if a.n > e.p.Burst {
+		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of policy %q: it can never be allowed", a.n, e.p.Burst, e.p.Name)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	start := time.Now()
+	res, err := s.cfg.Store.Allow(ctx, a.key, a.n, e.p)
+	s.storeLat.Observe(time.Since(start).Seconds())
+	cancel()
+	if err != nil {
+		s.storeFailed(w, r, e, err)
+		return
+	}
+	if s.storeDown.CompareAndSwap(true, false) {
+		s.log.Info("store recovered", "store", s.cfg.Store.Name())
+	}
+
+	shadowDenied := false
+	switch {
+	case res.Allowed:
+		s.allowed.Add(1)
+		e.counters.allowed.Inc()
+	case s.cfg.Shadow:
+		s.denied.Add(1)
+		e.counters.shadowDenied.Inc()
+		shadowDenied = true
+	default:
+		s.denied.Add(1)
+		e.counters.denied.Inc()
+	}
+	s.writeDecision(w, e, res, shadowDenied)
+}
+
+// readBody reads a POST body (capped) and takes key and n from it when it is
+// a form. It returns the HTTP status for an error.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) (int, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooBig.Limit)
+		}
+		return http.StatusBadRequest, fmt.Errorf("reading body: %v", err)
+	}
+	if len(body) == 0 {
+		return 0, nil
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "application/x-www-form-urlencoded" {
+		return http.StatusUnsupportedMediaType, fmt.Errorf("body of type %q: send key and n in the query or as application/x-www-form-urlencoded", ct)
+	}
+	if err := parseAllowQuery(string(body), a); err != nil {
+		return http.StatusBadRequest, err
+	}
+	return 0, nil
+}
+
+func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, e *policyEntry, err error) {
+	if errors.Is(err, store.ErrCostExceedsBurst) { // cannot happen: checked above
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	s.storeErr.Inc()
+	e.counters.storeError.Inc()
+	if s.storeDown.CompareAndSwap(false, true) {
+		s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
+			"fail_open", s.cfg.FailOpen)
+	} else {
+		s.log.Debug("store error", "err", err, "path", r.URL.Path)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
+	b := make([]byte, 0, 160)
+	if s.cfg.FailOpen {
+		e.counters.failOpen.Inc()
+		b = append(b, `{"allowed":true`...)
+		b = appendPolicy(b, e.p)
+		b = append(b, `,"degraded":"store unavailable; failing open"}`...)
+		b = append(b, '\n')
+		w.WriteHeader(http.StatusOK)
+	} else {
+		b = append(b, `{"allowed":false`...)
+		b = appendPolicy(b, e.p)
+		b = append(b, `,"retry_after_ms":1000,"degraded":"store unavailable; failing closed"}`...)
+		b = append(b, '\n')
+		h.Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	_, _ = w.Write(b)
+}
+
+func appendPolicy(b []byte, p store.Policy) []byte {
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, p.Burst, 10)
+	b = append(b, `,"rate":`...)
+	return strconv.AppendFloat(b, p.Rate, 'f', -1, 64)
+}
+
+func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	// Report remaining rounded down to a thousandth: never promise a token
+	// that has not fully arrived.
+	remaining := math.Floor(max(res.Remaining, 0)*1000) / 1000
+	whole := strconv.FormatInt(int64(remaining), 10)
+	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
+	h.Set("X-RateLimit-Remaining", whole)
+	h.Set("RateLimit-Policy", e.header)
+	h.Set("RateLimit", sfString(e.p.Name)+";r="+whole+";t="+strconv.FormatInt(ceilDiv(res.ResetAfter, time.Second), 10))
+
+	b := make([]byte, 0, 128)
+	if res.Allowed || shadowDenied {
+		b = append(b, `{"allowed":true,"remaining":`...)
+	} else {
+		b = append(b, `{"allowed":false,"remaining":`...)
+	}
+	b = strconv.AppendFloat(b, remaining, 'f', -1, 64)
+	b = appendPolicy(b, e.p)
+	status := http.StatusOK
+	if !res.Allowed {
+		// Round up both: a client that waits what we say must find the token there.
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, max(1, ceilDiv(res.RetryAfter, time.Millisecond)), 10)
+		if shadowDenied {
+			b = append(b, `,"shadow_denied":true`...)
+		} else {
+			h.Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(res.RetryAfter, time.Second)), 10))
+			status = http.StatusTooManyRequests
+		}
+	}
+	b = append(b, "}\n"...)
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+// sfString quotes s as an RFC 9651 structured-field string. Policy names are
+// printable ASCII by construction (see policyName).
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}
+
+// fail writes a JSON error {"error": "..."} with status. Nothing is counted
+// but the refusal itself.
+func (s *Server) fail(w http.ResponseWriter, status int, format string, args ...any) {
+	s.metrics.badRequests.WithLabelValues(strconv.Itoa(status)).Inc()
+	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	if !s.getOnly(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	keys, err := s.cfg.Store.Keys(ctx)
+	out := struct {
+		Keys       int64  `json:"keys"`
+		Allowed    int64  `json:"allowed_total"`
+		Denied     int64  `json:"denied_total"`
+		StoreError string `json:"store_error,omitempty"`
+	}{Keys: keys, Allowed: s.allowed.Load(), Denied: s.denied.Load()}
+	if err != nil {
+		out.Keys, out.StoreError = -1, err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Stats returns the decisions this server has made: allowed and denied
+// (shadow denials included in denied).
+func (s *Server) Stats() (allowed, denied int64) { return s.allowed.Load(), s.denied.Load() }
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	if !s.getOnly(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		mode := "closed"
+		if s.cfg.FailOpen {
+			mode = "open"
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "store down (%s): %v; failing %s\n", s.cfg.Store.Name(), err, mode)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (s *Server) getOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed on %s: use GET", r.Method, r.URL.Path)
+	return false
+}
