@@ -55,11 +55,14 @@ func (b *Bucket) TryAcquireAt(n, now int64) bool {
 
 func (b *Bucket) acquire(n, now int64, live bool) bool {
 	t := b.t
+	if live {
+		now = nanotime()
+	}
 	s := b.s.Load()
 	if s == nil || s.key.Load() != b.h {
 		// First use, or the slot was reclaimed (the bucket was full) or
 		// evicted: find or claim the key's slot again.
-		if s = t.slotFor(b.h, now, live); s != nil {
+		if s = t.slotFor(b.h, now); s != nil {
 			b.s.Store(s)
 		}
 	}

@@ -15,3 +15,17 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m)
 }
+
+// tmpfsDir returns a fresh directory on tmpfs (/dev/shm) when there is one,
+// as tables live in production, else t.TempDir(). It is removed at cleanup.
+func tmpfsDir(tb testing.TB) string {
+	tb.Helper()
+	if usableDir("/dev/shm") {
+		d, err := os.MkdirTemp("/dev/shm", "sluice-test-")
+		if err == nil {
+			tb.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return tb.TempDir()
+}

@@ -21,12 +21,12 @@ const maxCASTries = 1024
 // maxClaimRounds bounds the slot-claim loop the same way.
 const maxClaimRounds = 64
 
-// repairSlack: every writer reads the clock after loading the TAT it
-// replaces, so a live table never holds a TAT more than τ ahead of any later
-// reading. One further ahead than τ + repairSlack is a damaged word (or comes
-// from a caller of an …At method whose clock is that stale); an allow-path
-// check rewrites it to now+τ ("empty") so a garbage word costs at most one
-// bucket's worth of waiting instead of an arbitrary lockout.
+// repairSlack: a writer stores at most its own clock reading + τ, and a
+// reading is at most a preemption old when it is used. So a TAT more than
+// τ + repairSlack ahead of a fresh reading is a damaged word (or comes from a
+// caller of an …At method whose clock is that far behind the others'): the
+// allow path rewrites it to now+τ ("empty"), so a garbage word costs at most
+// one bucket's worth of waiting instead of an arbitrary lockout.
 const repairSlack = int64(time.Second)
 
 // slot is one key's state in the shared mapping. Both words change only by
@@ -127,10 +127,12 @@ func (t *Table) AllowAt(key string, cost, now int64) bool {
 }
 
 // decide finds or claims h's slot and spends cost on it. With live set it
-// reads the clock itself (after loading the word, so its reading is never
-// older than the TAT it compares against); otherwise it uses now.
+// reads the clock itself, once per call.
 func (t *Table) decide(h uint64, cost, now int64, live bool) bool {
-	s := t.slotFor(h, now, live)
+	if live {
+		now = nanotime()
+	}
+	s := t.slotFor(h, now)
 	var ok bool
 	if s == nil {
 		ok = t.contended()
@@ -156,23 +158,26 @@ func validNow(now int64) bool { return now >= 0 && now < maxTau }
 
 // spend is the GCRA step on one slot: allowed iff max(tat, now) + cost·T −
 // now ≤ τ, and then one CAS stores max(tat, now) + cost·T. A denial writes
-// nothing (except to repair a damaged word). Between the Load and the CAS
-// the loop touches nothing shared but the clock, which keeps the window in
-// which another core can steal the line as small as it can be.
-func (t *Table) spend(s *slot, cost, now int64, live bool) bool {
+// nothing (except to repair a damaged word).
+//
+// Why the clock is read before the loop and not between Load and CAS: the
+// bound b + (e−s)/T holds for any decision time the caller used, and a
+// reading older than the TAT only makes the answer tighter. But a clock read
+// (~20–40 ns) between Load and CAS is a window in which the other core takes
+// the line back and wins every race: measured, two goroutines on one key then
+// exhaust 1024 tries and fail open. Without it the window is a few ns. With
+// refresh set (the live clock) a long retry sequence re-reads the clock.
+func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 	need := cost * t.interval
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
-		if live {
-			now = nanotime()
-		}
 		d := tat - now // debt in ns; ≤ 0 means the bucket is full
 		if d < 0 {
 			d = 0
 		}
 		if d > t.tau-need {
 			if d > t.tau+repairSlack {
-				s.tat.CompareAndSwap(tat, now+t.tau)
+				t.repair(s, tat, now, refresh)
 			}
 			return false
 		}
@@ -184,18 +189,32 @@ func (t *Table) spend(s *slot, cost, now int64, live bool) bool {
 		}
 		if try%16 == 0 {
 			runtime.Gosched() // let whoever keeps winning the line finish
+			if refresh {
+				now = nanotime()
+			}
 		}
 	}
 }
 
+// repair rewrites a TAT that lies more than τ + repairSlack ahead of now to
+// now+τ (an empty bucket). With the live clock it first re-reads the clock,
+// so a caller that slept between its reading and its load (SIGSTOP, a long
+// preemption) cannot mistake a fresh TAT for a damaged one.
+func (t *Table) repair(s *slot, tat, now int64, refresh bool) {
+	if refresh {
+		now = nanotime()
+		if tat-now <= t.tau+repairSlack {
+			return
+		}
+	}
+	s.tat.CompareAndSwap(tat, now+t.tau)
+}
+
 // slotFor returns h's slot, claiming one if h has none. It returns nil only
 // when the claim loop gives up under contention.
-func (t *Table) slotFor(h uint64, now int64, live bool) *slot {
+func (t *Table) slotFor(h uint64, now int64) *slot {
 	if s := t.find(h); s != nil {
 		return s
-	}
-	if live {
-		now = nanotime()
 	}
 	return t.claim(h, now)
 }

@@ -10,7 +10,7 @@ import (
 
 func openTemp(t *testing.T, p Policy, opts ...Option) *Table {
 	t.Helper()
-	tb, err := Open(filepath.Join(t.TempDir(), "t.sbt"), p, opts...)
+	tb, err := Open(filepath.Join(tmpfsDir(t), "t.sbt"), p, opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, tb.Close()) })
 	return tb
