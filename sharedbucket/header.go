@@ -129,7 +129,7 @@ func decodeHeader(buf []byte) (*header, error) {
 		return nil, bad("clock id %d", le.Uint64(buf[56:]))
 	case le.Uint64(buf[112:]) != probeWindow, le.Uint64(buf[120:]) != hashSip13:
 		return nil, bad("probe window %d / hash id %d", le.Uint64(buf[112:]), le.Uint64(buf[120:]))
-	case h.canon.interval < 1 || h.canon.burst < 1 || h.canon.interval > maxTau/h.canon.burst:
+	case h.canon.interval < 1 || h.canon.burst < 1 || h.canon.interval > (maxTau-1)/h.canon.burst:
 		return nil, bad("policy T=%d b=%d", h.canon.interval, h.canon.burst)
 	}
 	return h, nil

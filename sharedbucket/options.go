@@ -63,7 +63,7 @@ func FailClosed() Option {
 func WithMode(perm os.FileMode) Option {
 	return func(c *config) {
 		if perm&^0o777 != 0 || perm&0o600 != 0o600 {
-			c.setErr(fmt.Errorf("sharedbucket: WithMode(%#o): want permission bits including 0600", perm))
+			c.setErr(fmt.Errorf("sharedbucket: WithMode(%O): want permission bits including 0600", perm))
 			return
 		}
 		c.mode = perm

@@ -75,7 +75,7 @@ func (p Policy) canon() (canon, error) {
 	if w%p.Limit != 0 {
 		t++
 	}
-	if t > maxTau/b {
+	if t > (maxTau-1)/b {
 		return canon{}, fmt.Errorf("sharedbucket: Policy burst %d × interval %v overflows (b·T must be < 2^62 ns)", b, time.Duration(t))
 	}
 	return canon{interval: t, burst: b}, nil

@@ -171,9 +171,9 @@ func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 	need := cost * t.interval
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
-		d := tat - now // debt in ns; ≤ 0 means the bucket is full
-		if d < 0 {
-			d = 0
+		var d int64 // debt in ns; 0 means the bucket is full
+		if tat > now { // compare first: tat − now cannot overflow then
+			d = tat - now
 		}
 		if d > t.tau-need {
 			if d > t.tau+repairSlack {
@@ -280,18 +280,26 @@ rounds:
 	return nil
 }
 
-// settle resolves a duplicate claim: two processes that inserted h at the
+// settle resolves a duplicate claim: two processes that insert h at the
 // same instant can both miss it in the first pass and claim two slots. The
-// one earlier in the window wins; the later claimer gives its slot back
-// (losing at most the spends that landed on it meanwhile: looser, never
-// tighter) and uses the winner's.
+// slot earlier in the window wins: a claimer that finds h earlier gives its
+// own slot back, one that finds h later takes that slot's key away. Whoever
+// settles last sees the other, so the two converge on one slot. The loser's
+// spends meanwhile are forgotten: looser, never tighter, and at most once.
 func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
-	for i := range pos {
+	for i := range uint64(probeWindow) {
+		if i == pos {
+			continue
+		}
 		o := slotAt(t.slots, (home+i)&t.mask)
-		if o.key.Load() == h {
+		if o.key.Load() != h {
+			continue
+		}
+		if i < pos {
 			s.key.CompareAndSwap(h, 0)
 			return o
 		}
+		o.key.CompareAndSwap(h, 0)
 	}
 	return s
 }
@@ -314,14 +322,13 @@ func (t *Table) debtOf(s *slot, now int64, live bool) int64 {
 	if live {
 		now = nanotime()
 	}
-	d := tat - now
-	switch {
-	case d < 0:
+	if tat <= now {
 		return 0
-	case d > t.tau+repairSlack:
-		return t.tau // a damaged word: the next allow repairs it to "empty"
 	}
-	return d
+	if d := tat - now; d <= t.tau+repairSlack {
+		return d
+	}
+	return t.tau // a damaged word: the next allow repairs it to "empty"
 }
 
 // Remaining returns the tokens key could spend now, as a fraction in
