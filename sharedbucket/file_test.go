@@ -1,0 +1,320 @@
+package sharedbucket
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+var fileP = Policy{Limit: 10, Window: time.Second}
+
+func readHeaderFile(t *testing.T, path string) *header {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	h, err := decodeHeader(raw)
+	require.NoError(t, err)
+	return h
+}
+
+// entries lists dir's names.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestAttachSharesState(t *testing.T) {
+	path := filepath.Join(tmpfsDir(t), "s.sbt")
+	a, err := Open(path, fileP)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(path, fileP)
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Equal(t, a.nonce, b.nonce)
+	require.True(t, a.AllowAt("k", 4, t0))
+	assert.Equal(t, 6.0, b.RemainingAt("k", t0))
+	require.True(t, b.AllowAt("k", 6, t0))
+	assert.False(t, a.AllowAt("k", 1, t0))
+	assert.Equal(t, []string{"s.sbt"}, entries(t, filepath.Dir(path)), "no temporary file left")
+	assert.Equal(t, path, a.Path())
+	assert.Equal(t, Policy{Limit: 10, Window: time.Second, Burst: 10}, a.Policy())
+}
+
+func TestCreatedFile(t *testing.T) {
+	old := unix.Umask(0o077)
+	defer unix.Umask(old)
+	dir := tmpfsDir(t)
+	a, err := Open(filepath.Join(dir, "a.sbt"), fileP, WithSlots(1000))
+	require.NoError(t, err)
+	defer a.Close()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat(filepath.Join(dir, "a.sbt"), &st))
+	assert.Equal(t, uint32(0o600), st.Mode&0o7777)
+	assert.EqualValues(t, headerSize+1024*slotSize, st.Size)
+	assert.GreaterOrEqual(t, st.Blocks*512, st.Size, "every block reserved up front (fallocate)")
+
+	b, err := Open(filepath.Join(dir, "b.sbt"), fileP, WithMode(0o660))
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, unix.Stat(filepath.Join(dir, "b.sbt"), &st))
+	assert.Equal(t, uint32(0o660), st.Mode&0o7777, "the umask does not cut the asked mode")
+	_, err = Open(filepath.Join(dir, "b.sbt"), fileP)
+	assert.ErrorContains(t, err, "writable beyond", "a 0600 handle refuses a group-writable file")
+	c, err := Open(filepath.Join(dir, "b.sbt"), fileP, WithMode(0o660))
+	require.NoError(t, err)
+	c.Close()
+}
+
+func TestPolicyMismatch(t *testing.T) {
+	path := filepath.Join(tmpfsDir(t), "m.sbt")
+	a, err := Open(path, fileP, WithSlots(64))
+	require.NoError(t, err)
+	defer a.Close()
+	require.True(t, a.AllowAt("k", 3, t0))
+
+	for _, tc := range []struct {
+		p    Policy
+		opts []Option
+	}{
+		{Policy{Limit: 20, Window: time.Second}, []Option{WithSlots(64)}},
+		{Policy{Limit: 10, Window: time.Second, Burst: 5}, []Option{WithSlots(64)}},
+		{Policy{Limit: 10, Window: 2 * time.Second, Burst: 10}, []Option{WithSlots(64)}},
+		{fileP, nil}, // default slot count
+		{fileP, []Option{WithSlots(128)}},
+	} {
+		_, err := Open(path, tc.p, tc.opts...)
+		require.ErrorIs(t, err, ErrPolicyMismatch, "%+v", tc.p)
+		assert.Contains(t, err.Error(), "file has 10 per 1s")
+	}
+	// The same canonical policy spelled differently is the same policy.
+	b, err := Open(path, Policy{Limit: 100, Window: 10 * time.Second, Burst: 10}, WithSlots(50))
+	require.NoError(t, err)
+	defer b.Close()
+	assert.Equal(t, 7.0, b.RemainingAt("k", t0), "refusals left the live file alone")
+}
+
+// corruptCopy writes a valid table file at path and then lets f damage it.
+func corruptCase(t *testing.T, f func(path string)) error {
+	t.Helper()
+	path := filepath.Join(tmpfsDir(t), "c.sbt")
+	tb, err := Open(path, fileP, WithSlots(8))
+	require.NoError(t, err)
+	require.NoError(t, tb.Close())
+	f(path)
+	before, err := os.ReadFile(path)
+	require.NoError(t, err)
+	_, err = Open(path, fileP, WithSlots(8))
+	after, rerr := os.ReadFile(path)
+	require.NoError(t, rerr)
+	assert.Equal(t, before, after, "a refused file is never modified")
+	return err
+}
+
+func patch(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	fd, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = fd.WriteAt(b, off)
+	require.NoError(t, err)
+	require.NoError(t, fd.Close())
+}
+
+func TestCorrupt(t *testing.T) {
+	for name, tc := range map[string]struct {
+		damage func(t *testing.T, path string)
+		want   string
+	}{
+		"flipped policy byte": {func(t *testing.T, p string) { patch(t, p, 90, []byte{0x55}) }, "checksum"},
+		"flipped crc byte":    {func(t *testing.T, p string) { patch(t, p, crcOffset, []byte{0xee}) }, "checksum"},
+		"bad magic":           {func(t *testing.T, p string) { patch(t, p, 0, []byte("NOTATABL")) }, "magic"},
+		"truncated":           {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, headerSize+64)) }, "truncated"},
+		"shorter than header": {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 100)) }, "shorter than a header"},
+		"empty":               {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 0)) }, "shorter than a header"},
+		"future version": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[8:], 2)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "format version 2"},
+		"bad slot count": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[32:], 12)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "slot count 12"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := corruptCase(t, func(p string) { tc.damage(t, p) })
+			require.ErrorIs(t, err, ErrCorrupt)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	dir := tmpfsDir(t)
+	real := filepath.Join(dir, "real.sbt")
+	tb, err := Open(real, fileP)
+	require.NoError(t, err)
+	tb.Close()
+
+	require.NoError(t, os.Symlink(real, filepath.Join(dir, "link.sbt")))
+	_, err = Open(filepath.Join(dir, "link.sbt"), fileP)
+	assert.ErrorContains(t, err, "symbolic link")
+
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "adir"), 0o700))
+	_, err = Open(filepath.Join(dir, "adir"), fileP)
+	assert.ErrorContains(t, err, "is a directory")
+
+	require.NoError(t, os.Chmod(real, 0o666))
+	_, err = Open(real, fileP)
+	assert.ErrorContains(t, err, "writable beyond")
+	require.NoError(t, os.Chmod(real, 0o600))
+
+	if os.Geteuid() != 0 {
+		t.Log("not root: cannot hand files to another user; ownership checks not exercised")
+		return
+	}
+	require.NoError(t, os.Chown(real, 4242, 4242))
+	_, err = Open(real, fileP)
+	assert.ErrorContains(t, err, "owned by uid 4242")
+
+	other := filepath.Join(dir, "other")
+	require.NoError(t, os.Mkdir(other, 0o755))
+	require.NoError(t, os.Chown(other, 4242, 4242))
+	_, err = Open(filepath.Join(other, "x.sbt"), fileP)
+	assert.ErrorContains(t, err, "owned by uid 4242")
+	_, err = NewArena(other)
+	assert.ErrorContains(t, err, "owned by uid 4242")
+}
+
+func TestOpenCreatesDir(t *testing.T) {
+	dir := filepath.Join(tmpfsDir(t), "a", "b")
+	tb, err := Open(filepath.Join(dir, "x.sbt"), fileP)
+	require.NoError(t, err)
+	defer tb.Close()
+	fi, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+	_, err = Open("", fileP)
+	assert.Error(t, err)
+}
+
+func TestDefaultDir(t *testing.T) {
+	uid := strconv.Itoa(os.Geteuid())
+	xdg := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", xdg)
+	assert.Equal(t, filepath.Join(xdg, "sluice"), DefaultDir())
+
+	t.Setenv("XDG_RUNTIME_DIR", "relative/dir")
+	fallback := DefaultDir()
+	t.Setenv("XDG_RUNTIME_DIR", "/nonexistent-"+uid)
+	assert.Equal(t, fallback, DefaultDir())
+	t.Setenv("XDG_RUNTIME_DIR", "")
+	assert.Equal(t, fallback, DefaultDir())
+	if usableDir("/dev/shm") {
+		assert.Equal(t, "/dev/shm/sluice-"+uid, fallback)
+	} else {
+		assert.Equal(t, filepath.Join(os.TempDir(), "sluice-"+uid), fallback)
+	}
+
+	// NewArena("") uses it and creates it 0700.
+	t.Setenv("XDG_RUNTIME_DIR", xdg)
+	a, err := NewArena("")
+	require.NoError(t, err)
+	defer a.Close()
+	assert.Equal(t, filepath.Join(xdg, "sluice"), a.Dir())
+	fi, err := os.Stat(a.Dir())
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), fi.Mode().Perm())
+}
+
+// TestStaleBootReplaced: a file whose boot id is not this boot's holds
+// CLOCK_MONOTONIC readings from another uptime; it is replaced, not trusted.
+func TestStaleBootReplaced(t *testing.T) {
+	if bootID() == ([16]byte{}) {
+		t.Skip("no " + bootIDPath + ": reboots cannot be detected here")
+	}
+	dir := tmpfsDir(t)
+	path := filepath.Join(dir, "b.sbt")
+	old, err := Open(path, fileP, WithSlots(8))
+	require.NoError(t, err)
+	// The previous uptime left a key deep in debt, far ahead of our clock.
+	require.True(t, old.AllowN("k", 10))
+	slotAt(old.slots, hashKey(old.k0, old.k1, "k")&old.mask).tat.Store(Now() + int64(time.Hour))
+	oldNonce := old.nonce
+	require.NoError(t, old.Close())
+
+	h := readHeaderFile(t, path)
+	h.boot[0] ^= 0xff
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	copy(raw, h.encode())
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+
+	tb, err := Open(path, fileP, WithSlots(8))
+	require.NoError(t, err)
+	defer tb.Close()
+	assert.NotEqual(t, oldNonce, tb.nonce, "a new file")
+	assert.Equal(t, bootID(), readHeaderFile(t, path).boot)
+	assert.Equal(t, 10.0, tb.Remaining("k"))
+	assert.ElementsMatch(t, []string{"b.sbt", ".b.sbt.lock"}, entries(t, dir))
+}
+
+func TestSweepDeadTemp(t *testing.T) {
+	dir := tmpfsDir(t)
+	dead := filepath.Join(dir, ".x.sbt.tmp-00dead00")
+	require.NoError(t, os.WriteFile(dead, []byte("half-built"), 0o600))
+	live := filepath.Join(dir, ".x.sbt.tmp-11a11e11")
+	fd, err := unix.Open(live, unix.O_RDWR|unix.O_CREAT, 0o600)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
+
+	tb, err := Open(filepath.Join(dir, "x.sbt"), fileP)
+	require.NoError(t, err)
+	defer tb.Close()
+	assert.ElementsMatch(t, []string{"x.sbt", ".x.sbt.tmp-11a11e11"}, entries(t, dir),
+		"the dead builder's file is gone, the live builder's (locked) is kept")
+}
+
+func TestCloseUnderLoad(t *testing.T) {
+	tb, err := Open(filepath.Join(tmpfsDir(t), "l.sbt"), neverDeny)
+	require.NoError(t, err)
+	done := make(chan int)
+	for g := range 2 {
+		go func() {
+			n := 0
+			bk := tb.Bucket("k" + strconv.Itoa(g))
+			for tb.Allow("x") && bk.TryAcquire(1) {
+				n++
+			}
+			done <- n
+		}()
+	}
+	for !(tb.Stats().Allowed > 1000) {
+		runtime.Gosched()
+	}
+	require.NoError(t, tb.Close())
+	<-done
+	<-done
+	assert.False(t, tb.Allow("x"))
+}
