@@ -1,0 +1,155 @@
+// Package redisstore is a store.Store kept in Redis, for limits shared by
+// processes on many hosts.
+//
+// Each decision is one EVALSHA of a Lua script that runs the same GCRA rule
+// as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
+// the callers' clocks never matter. Keys are "sluice:{KEY}": the hash tag
+// keeps each bucket a single-slot key on Redis Cluster. A key expires when
+// its bucket is full again (its TTL is the time until full), so Redis holds
+// only keys that carry debt.
+//
+// Failures: a call that times out is never replayed, because Redis may have
+// applied it; the only retry is EVAL after NOSCRIPT (the script was not
+// there, so nothing ran). Callers decide what an error means (sluice serve's
+// -fail).
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/service/store"
+)
+
+//go:embed gcra.lua
+var gcraLua string
+
+// KeyPrefix starts every key the store writes.
+const KeyPrefix = "sluice:"
+
+// Store is a store.Store over a go-redis client (single node, Sentinel
+// failover or Cluster). Safe for concurrent use.
+type Store struct {
+	c      redis.UniversalClient
+	script *redis.Script
+}
+
+// Defaults Open applies to a URL that sets no timeouts.
+const (
+	DefaultDialTimeout = 250 * time.Millisecond
+	DefaultIOTimeout   = 250 * time.Millisecond
+)
+
+// Open connects to the Redis a URL names ("redis://[user:pass@]HOST:PORT/DB",
+// "rediss://" for TLS, with go-redis's query options). It turns off
+// go-redis's automatic retries (MaxRetries −1): after a network error the
+// script may already have run, and replaying it would charge twice. Open does
+// not dial; the first call does.
+func Open(url string) (*Store, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	opt.MaxRetries = -1
+	if opt.DialTimeout == 0 || opt.DialTimeout == 5*time.Second { // go-redis's default
+		opt.DialTimeout = DefaultDialTimeout
+	}
+	if opt.ReadTimeout == 0 || opt.ReadTimeout == 3*time.Second {
+		opt.ReadTimeout = DefaultIOTimeout
+	}
+	if opt.WriteTimeout == 0 || opt.WriteTimeout == 3*time.Second {
+		opt.WriteTimeout = DefaultIOTimeout
+	}
+	// Why: the service passes its per-request deadline in ctx; let it bound
+	// the socket read too.
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true // no CLIENT SETINFO round trip on old servers
+	return New(redis.NewClient(opt)), nil
+}
+
+// New returns a Store over c, which it owns (Close closes it). Configure c
+// with MaxRetries −1: go-redis otherwise retries after network errors, which
+// may replay a decision Redis already applied.
+func New(c redis.UniversalClient) *Store {
+	return &Store{c: c, script: redis.NewScript(gcraLua)}
+}
+
+// Key returns the Redis key that holds key's bucket.
+func Key(key string) string { return KeyPrefix + "{" + key + "}" }
+
+// Allow implements store.Store with one EVALSHA (plus one EVAL the first
+// time a Redis server sees the script). A timeout or network error returns an
+// error: the decision may or may not have been applied, and is not retried.
+func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
+	if err := store.Check(cost, p); err != nil {
+		return store.Result{}, err
+	}
+	T := int64(p.Interval())
+	keys := []string{Key(key)}
+	args := []any{T, T * p.Burst, cost}
+	v, err := s.c.EvalSha(ctx, s.script.Hash(), keys, args...).Int64Slice()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Only here is a retry safe: NOSCRIPT means nothing ran.
+		v, err = s.c.Eval(ctx, gcraLua, keys, args...).Int64Slice()
+	}
+	if err != nil {
+		return store.Result{}, fmt.Errorf("redisstore: %w", err)
+	}
+	if len(v) != 4 {
+		return store.Result{}, fmt.Errorf("redisstore: script returned %d values, want 4", len(v))
+	}
+	return store.Result{
+		Allowed:    v[0] == 1,
+		Remaining:  float64(v[1]) / float64(T),
+		ResetAfter: time.Duration(v[2]),
+		RetryAfter: time.Duration(v[3]),
+	}, nil
+}
+
+// Keys implements store.Store by scanning for the store's keys (every master
+// of a Cluster). It costs O(keys); meant for /stats, not the hot path.
+func (s *Store) Keys(ctx context.Context) (int64, error) {
+	count := func(ctx context.Context, c redis.Cmdable) (int64, error) {
+		var n int64
+		it := c.Scan(ctx, 0, KeyPrefix+"{*", 1000).Iterator()
+		for it.Next(ctx) {
+			n++
+		}
+		return n, it.Err()
+	}
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		var total int64
+		var mu = make(chan struct{}, 1)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			n, err := count(ctx, c)
+			mu <- struct{}{}
+			total += n
+			<-mu
+			return err
+		})
+		return total, err
+	}
+	return count(ctx, s.c)
+}
+
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		if errors.Is(err, redis.ErrClosed) {
+			return store.ErrClosed
+		}
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return nil
+}
+
+// Name implements store.Store.
+func (s *Store) Name() string { return "redis" }
+
+// Close closes the client.
+func (s *Store) Close() error { return s.c.Close() }
