@@ -1,0 +1,143 @@
+// Package shmstore is a store.Store over package sharedbucket: buckets live in
+// memory-mapped files, so every `sluice serve` process on a host (and any
+// other program using the same files) shares one limit per key, at the cost
+// of a CAS and no syscall.
+//
+// Each distinct policy (rate, burst) gets its own table file in one directory,
+// named after the policy ("p-100000000ns-b10.sbt"), so processes started with
+// the same flags attach to the same tables and a process with other numbers
+// can never count against somebody else's policy.
+package shmstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/sharedbucket"
+)
+
+// Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use.
+type Store struct {
+	arena  *sharedbucket.Arena
+	opts   []sharedbucket.Option
+	closed atomic.Bool
+
+	mu     sync.RWMutex
+	tables map[tableID]*sharedbucket.Table // guarded by mu; grows once per policy
+}
+
+type tableID struct {
+	interval time.Duration
+	burst    int64
+}
+
+// Open returns a Store whose tables live in dir (created 0700 if missing;
+// "" means sharedbucket.DefaultDir(), a tmpfs directory private to the user).
+// opts (for example sharedbucket.WithSlots) apply to every table.
+func Open(dir string, opts ...sharedbucket.Option) (*Store, error) {
+	a, err := sharedbucket.NewArena(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shmstore: %w", err)
+	}
+	return &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table)}, nil
+}
+
+// Dir is the directory holding the table files.
+func (s *Store) Dir() string { return s.arena.Dir() }
+
+func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
+	id := tableID{p.Interval(), p.Burst}
+	s.mu.RLock()
+	t := s.tables[id]
+	s.mu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t = s.tables[id]; t != nil {
+		return t, nil
+	}
+	// Why Limit 1 per Window T: sharedbucket's interval is ceil(Window/Limit),
+	// so this gives exactly the store.Policy interval every other store uses.
+	name := "p-" + strconv.FormatInt(int64(id.interval), 10) + "ns-b" + strconv.FormatInt(id.burst, 10)
+	t, err := s.arena.Rate(name, sharedbucket.Policy{Limit: 1, Window: id.interval, Burst: id.burst}, s.opts...)
+	if err != nil {
+		return nil, fmt.Errorf("shmstore: %w", err)
+	}
+	s.tables[id] = t
+	return t, nil
+}
+
+// Allow implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
+	if s.closed.Load() {
+		return store.Result{}, store.ErrClosed
+	}
+	if err := store.Check(cost, p); err != nil {
+		return store.Result{}, err
+	}
+	if len(key) == 0 || len(key) > sharedbucket.MaxKeyLen {
+		return store.Result{}, fmt.Errorf("shmstore: key of %d bytes: want 1 to %d", len(key), sharedbucket.MaxKeyLen)
+	}
+	t, err := s.table(p)
+	if err != nil {
+		return store.Result{}, err
+	}
+	// One clock reading for the decision and the figures reported with it.
+	now := sharedbucket.Now()
+	r := store.Result{Allowed: t.AllowAt(key, cost, now)}
+	r.Remaining = t.RemainingAt(key, now)
+	r.ResetAfter = t.ResetAfterAt(key, now)
+	if !r.Allowed {
+		r.RetryAfter = t.RetryAfterAt(key, cost, now)
+		if r.RetryAfter == 0 {
+			// Another process spent or the table refilled between our two
+			// reads; report the smallest honest wait rather than "now".
+			r.RetryAfter = 1
+		}
+		if r.RetryAfter == sharedbucket.Never {
+			return store.Result{}, store.ErrClosed // a closed table denies with Never
+		}
+	}
+	return r, nil
+}
+
+// Keys implements store.Store: keys whose bucket is not full, summed over
+// this store's tables (all processes' keys, since the tables are shared).
+func (s *Store) Keys(context.Context) (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, t := range s.tables {
+		n += int64(t.Stats().Keys)
+	}
+	return n, nil
+}
+
+// Ping implements store.Store: it fails once the store is closed or its
+// directory has gone.
+func (s *Store) Ping(context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if _, err := os.Stat(s.arena.Dir()); err != nil {
+		return fmt.Errorf("shmstore: %w", err)
+	}
+	return nil
+}
+
+// Name implements store.Store.
+func (s *Store) Name() string { return "shm" }
+
+// Close unmaps every table; the files stay for other processes.
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	return s.arena.Close()
+}

@@ -1,0 +1,93 @@
+package shmstore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/shmstore"
+	"github.com/sluice-go/sluice/service/store/storetest"
+	"github.com/sluice-go/sluice/sharedbucket"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string) *shmstore.Store {
+	s, err := shmstore.Open(dir, sharedbucket.WithSlots(1024))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestShmConformance(t *testing.T) {
+	dir := t.TempDir()
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, dir) })
+}
+
+// Two stores on one directory (two mappings of each table, as two processes
+// would have) hold one limit between them.
+func TestShmTwoMappingsShareOneLimit(t *testing.T) {
+	dir := t.TempDir()
+	a, b := open(t, dir), open(t, dir)
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 50}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range []*shmstore.Store{a, b, a, b} {
+		wg.Go(func() {
+			for range 40 {
+				r, err := s.Allow(context.Background(), "shared", 1, p)
+				if assert.NoError(t, err) && r.Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(50), allowed.Load())
+	files, err := filepath.Glob(filepath.Join(dir, "*"+sharedbucket.TableExt))
+	require.NoError(t, err)
+	assert.Len(t, files, 1, "one table file per policy")
+	assert.Equal(t, "p-3600000000000ns-b50.sbt", filepath.Base(files[0]))
+}
+
+func TestShmReportsDenialFigures(t *testing.T) {
+	s := open(t, t.TempDir())
+	p := store.Policy{Rate: 10, Burst: 10}
+	ctx := context.Background()
+	for range 10 {
+		r, err := s.Allow(ctx, "k", 1, p)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	r, err := s.Allow(ctx, "k", 1, p)
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	assert.Positive(t, r.RetryAfter)
+	assert.LessOrEqual(t, r.RetryAfter, 100*time.Millisecond)
+	assert.InDelta(t, time.Second, r.ResetAfter, float64(100*time.Millisecond))
+}
+
+func TestShmClosed(t *testing.T) {
+	s, err := shmstore.Open(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	_, err = s.Allow(context.Background(), "k", 1, store.Policy{Rate: 1, Burst: 1})
+	require.Error(t, err)
+	require.Error(t, s.Ping(context.Background()))
+}
+
+func TestShmBadDir(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "file")
+	require.NoError(t, os.WriteFile(f, nil, 0o600))
+	_, err := shmstore.Open(filepath.Join(f, "sub"))
+	require.Error(t, err)
+}
