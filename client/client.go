@@ -1,0 +1,366 @@
+// Package client asks a sluice rate-limit service (`sluice serve`) whether
+// work may proceed, and waits across the network when it may not yet.
+//
+//	c, err := client.New("http://127.0.0.1:8100", client.WithTimeout(200*time.Millisecond))
+//	...
+//	if err := c.Acquire(ctx, "tenant-a", 1); err != nil {
+//		return err // ctx ended, or the wait would pass ctx's deadline
+//	}
+//
+// The service is a dependency on the request path, so every call is bounded
+// by a per-call timeout and what an unreachable service means is the
+// caller's choice: FailOpen (proceed) or FailClosed (refuse). A key the
+// service denied for R is not asked about again until R has passed (the
+// local deny cache), so a flooding caller costs the service nothing while it
+// waits.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FailMode says what an unreachable or failing service means.
+type FailMode int
+
+const (
+	// FailOpen allows the work when the service cannot answer: it protects
+	// your users and risks overloading what the limit guards.
+	FailOpen FailMode = iota
+	// FailClosed denies the work when the service cannot answer: it protects
+	// the backend and turns a limiter outage into your outage.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// ParseFailMode parses "open" or "closed".
+func ParseFailMode(s string) (FailMode, error) {
+	switch s {
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, fmt.Errorf("fail mode %q: want open or closed", s)
+}
+
+// Source says where a Decision came from.
+type Source int
+
+const (
+	FromServer   Source = iota // the service decided
+	FromCache                  // a denial the service gave earlier, still in force
+	FromFailMode               // the service could not answer; the FailMode decided
+)
+
+// Decision is the answer to one Allow.
+type Decision struct {
+	Allowed    bool
+	Remaining  float64       // tokens left in the key's bucket, as the service reported
+	Limit      int64         // the key's burst
+	Rate       float64       // the key's tokens per second
+	RetryAfter time.Duration // for a denial: how long until the same request could pass
+	Source     Source
+	// Degraded is set when the service answered without its store (its own
+	// -fail mode decided).
+	Degraded string
+}
+
+// ErrUnavailable is wrapped by errors from a service that cannot answer:
+// network errors, timeouts, 5xx replies.
+var ErrUnavailable = errors.New("client: rate-limit service unavailable")
+
+// ErrWaitPastDeadline is returned (wrapped together with
+// context.DeadlineExceeded) by Acquire when the service's retry-after would
+// end after ctx's deadline: Acquire gives up at once instead of sleeping to
+// a certain failure.
+var ErrWaitPastDeadline = errors.New("client: wait would pass the context deadline")
+
+// RequestError is a request the service refused as malformed (4xx other
+// than 429): a key too long, n above the burst. Retrying cannot help, and no
+// fail mode applies.
+type RequestError struct {
+	Status  int
+	Message string
+}
+
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("client: service refused the request (%d): %s", e.Status, e.Message)
+}
+
+// Client talks to one service. It is safe for concurrent use; its zero value
+// is not usable (use New).
+type Client struct {
+	base    string
+	hc      *http.Client
+	timeout time.Duration
+	fail    FailMode
+	jitter  float64
+
+	cache *denyCache // nil when disabled
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client (default: one with keep-alive
+// connections sized for concurrent callers).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithTimeout bounds each request to the service (default 200 ms; 0 means
+// only ctx bounds it). A slow limiter must not make its caller slow.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// WithFailMode sets what an unavailable service means (default FailOpen).
+func WithFailMode(m FailMode) Option { return func(c *Client) { c.fail = m } }
+
+// WithJitter sets the largest extra fraction Acquire adds to a retry-after
+// (default 0.1: a wait of 100 ms becomes 100–110 ms), so replicas denied
+// together do not all come back at the same instant. The wait is never
+// shortened.
+func WithJitter(frac float64) Option { return func(c *Client) { c.jitter = max(0, frac) } }
+
+// WithoutDenyCache makes every Allow ask the service, even for a key it
+// denied a moment ago.
+func WithoutDenyCache() Option { return func(c *Client) { c.cache = nil } }
+
+// DefaultTimeout is the per-request timeout when WithTimeout is not given.
+const DefaultTimeout = 200 * time.Millisecond
+
+// New returns a client of the service at baseURL ("http://HOST:PORT").
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: service URL %q: want http://HOST:PORT", baseURL)
+	}
+	c := &Client{
+		base:    strings.TrimRight(baseURL, "/"),
+		timeout: DefaultTimeout,
+		jitter:  0.1,
+		cache:   &denyCache{m: make(map[string]denial)},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		c.hc = &http.Client{Transport: t}
+	}
+	return c, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+type allowReply struct {
+	Allowed      bool    `json:"allowed"`
+	Remaining    float64 `json:"remaining"`
+	Limit        int64   `json:"limit"`
+	Rate         float64 `json:"rate"`
+	RetryAfterMS int64   `json:"retry_after_ms"`
+	Degraded     string  `json:"degraded"`
+	Error        string  `json:"error"`
+}
+
+// Allow asks whether n units of work on key may proceed now; it never waits
+// beyond one request (bounded by the client's timeout and ctx).
+//
+// When the service cannot answer, Allow returns the FailMode's decision
+// (Source FromFailMode) together with an error wrapping ErrUnavailable, so
+// callers may act on the decision and still count the error. A malformed
+// request returns a *RequestError. If ctx ends first, Allow returns
+// ctx.Err() and a denial.
+func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+	now := time.Now()
+	if d, ok := c.cache.get(key, n, now); ok {
+		return Decision{RetryAfter: d.until.Sub(now), Limit: d.limit, Rate: d.rate, Source: FromCache}, nil
+	}
+	rctx := ctx
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	u := c.base + "/allow?key=" + url.QueryEscape(key)
+	if n != 1 {
+		u += "&n=" + strconv.FormatInt(n, 10)
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
+	if err != nil {
+		return Decision{}, fmt.Errorf("client: %w", err)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err()
+		}
+		return c.failed(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		if ctx.Err() != nil {
+			return Decision{}, ctx.Err()
+		}
+		return c.failed(err)
+	}
+	var r allowReply
+	jerr := json.Unmarshal(body, &r)
+	switch {
+	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusTooManyRequests:
+		if jerr != nil {
+			return c.failed(fmt.Errorf("bad reply %q: %v", truncate(body), jerr))
+		}
+		d := Decision{
+			Allowed: r.Allowed, Remaining: r.Remaining, Limit: r.Limit, Rate: r.Rate,
+			RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, Degraded: r.Degraded,
+		}
+		if resp.StatusCode == http.StatusTooManyRequests && d.Allowed {
+			d.Allowed = false // the status is the decision
+		}
+		if !d.Allowed && d.RetryAfter > 0 && d.Degraded == "" {
+			c.cache.put(key, n, denial{until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
+		}
+		return d, nil
+	case resp.StatusCode >= 400 && resp.StatusCode < 500:
+		msg := r.Error
+		if jerr != nil || msg == "" {
+			msg = truncate(body)
+		}
+		return Decision{}, &RequestError{Status: resp.StatusCode, Message: msg}
+	default:
+		return c.failed(fmt.Errorf("status %d: %s", resp.StatusCode, truncate(body)))
+	}
+}
+
+func (c *Client) failed(err error) (Decision, error) {
+	return Decision{Allowed: c.fail == FailOpen, Source: FromFailMode}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+}
+
+func truncate(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+// Acquire waits until n units of work on key may proceed, across the
+// network: after a denial it sleeps the service's retry-after (plus jitter)
+// and asks again. It returns nil when allowed, including by FailOpen when the
+// service is unavailable. It returns at once, without sleeping:
+//   - ctx.Err() if ctx ends (mid-wait too);
+//   - an error wrapping ErrWaitPastDeadline and context.DeadlineExceeded when
+//     the next wait would end after ctx's deadline;
+//   - the ErrUnavailable error under FailClosed;
+//   - a *RequestError (n above the key's burst can never be allowed).
+func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
+	for {
+		d, err := c.Allow(ctx, key, n)
+		if err != nil {
+			if d.Source == FromFailMode && d.Allowed {
+				return nil
+			}
+			return err
+		}
+		if d.Allowed {
+			return nil
+		}
+		wait := d.RetryAfter
+		if wait <= 0 {
+			wait = time.Millisecond
+		}
+		if c.jitter > 0 {
+			wait += time.Duration(rand.Float64() * c.jitter * float64(wait))
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
+			return fmt.Errorf("%w (need %v, %v left): %w", ErrWaitPastDeadline, wait.Round(time.Millisecond),
+				time.Until(dl).Round(time.Millisecond), context.DeadlineExceeded)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// denyCache remembers denials until their retry-after passes. A denial of n
+// tokens also answers any request of at least n on the same key (a larger
+// request cannot pass sooner); a smaller one asks the service.
+type denyCache struct {
+	mu sync.Mutex
+	m  map[string]denial // guarded by mu
+}
+
+type denial struct {
+	until time.Time
+	n     int64
+	limit int64
+	rate  float64
+}
+
+// maxDenials bounds the cache; past it, expired entries are dropped, and if
+// none are, the cache is cleared (it is an optimisation, never a decision
+// the service did not make).
+const maxDenials = 10_000
+
+func (dc *denyCache) get(key string, n int64, now time.Time) (denial, bool) {
+	if dc == nil {
+		return denial{}, false
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	d, ok := dc.m[key]
+	if !ok {
+		return denial{}, false
+	}
+	if !now.Before(d.until) {
+		delete(dc.m, key)
+		return denial{}, false
+	}
+	return d, n >= d.n
+}
+
+func (dc *denyCache) put(key string, n int64, d denial) {
+	if dc == nil {
+		return
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if len(dc.m) >= maxDenials {
+		now := time.Now()
+		for k, v := range dc.m {
+			if !now.Before(v.until) {
+				delete(dc.m, k)
+			}
+		}
+		if len(dc.m) >= maxDenials {
+			clear(dc.m)
+		}
+	}
+	if old, ok := dc.m[key]; ok && old.n < n && old.until.After(d.until) {
+		return // keep the smaller denial: it answers more requests
+	}
+	dc.m[key] = d
+}
