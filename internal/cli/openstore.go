@@ -1,0 +1,27 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/redisstore"
+)
+
+// OpenStore opens the store a -store flag names: "memory", "shm" (table
+// files in the user's runtime directory, sharedbucket.DefaultDir()),
+// "shm:DIR" (table files in DIR), or a Redis URL "redis://HOST:PORT/DB".
+// sweep is the memory store's idle sweep interval.
+func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
+	switch {
+	case spec == "memory":
+		return store.NewMemory(store.WithSweep(sweep)), nil
+	case spec == "shm" || strings.HasPrefix(spec, "shm:"):
+		return openShm(strings.TrimPrefix(strings.TrimPrefix(spec, "shm"), ":"))
+	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
+		return redisstore.Open(spec)
+	default:
+		return nil, fmt.Errorf("-store %q: want memory, shm, shm:PATH or redis://HOST:PORT/DB", spec)
+	}
+}

@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluice-go/sluice/service"
+	"github.com/sluice-go/sluice/service/store"
+)
+
+// ServeOptions are the settings of `sluice serve`.
+type ServeOptions struct {
+	Addr         string
+	Rate         float64
+	Burst        int64
+	Limits       string
+	Sweep        time.Duration
+	Store        string
+	Shadow       bool
+	Fail         string
+	StoreTimeout time.Duration
+	LogFormat    string
+}
+
+func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8100", "listen address")
+	fs.Float64Var(&o.Rate, "rate", 10, "tokens per second for keys not in -limits (fractional allowed)")
+	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
+	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
+	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
+	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm, shm:PATH, redis://HOST:PORT/DB")
+	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
+	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
+	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout, "bound on one store call")
+	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
+	return fs
+}
+
+// Serve runs `sluice serve` until ctx is cancelled, then shuts down
+// gracefully: it stops accepting, lets requests in flight finish (up to 10 s)
+// and closes the store.
+func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o ServeOptions
+	fs := serveFlags(&o, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := o.config()
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, nil)
+	if o.LogFormat == "json" {
+		h = slog.NewJSONHandler(stderr, nil)
+	}
+	log := slog.New(h)
+	cfg.Logger = log
+
+	st, err := OpenStore(o.Store, o.Sweep)
+	if err != nil {
+		log.Error("cannot open store", "store", o.Store, "err", err)
+		return 1
+	}
+	cfg.Store = st
+	err = RunServer(ctx, cfg, o.Addr, log, nil)
+	if cerr := st.Close(); cerr != nil {
+		log.Warn("closing store", "err", cerr)
+	}
+	if err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// config checks the flags and builds the service config (without store).
+func (o *ServeOptions) config() (service.Config, error) {
+	var cfg service.Config
+	switch o.Fail {
+	case "open":
+		cfg.FailOpen = true
+	case "closed":
+	default:
+		return cfg, fmt.Errorf("-fail %q: want open or closed", o.Fail)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return cfg, fmt.Errorf("-log %q: want text or json", o.LogFormat)
+	}
+	cfg.Default = store.Policy{Name: "default", Rate: o.Rate, Burst: o.Burst}
+	if err := cfg.Default.Validate(); err != nil {
+		return cfg, fmt.Errorf("-rate/-burst: %w", err)
+	}
+	limits, err := service.ParseLimits(o.Limits)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Limits = limits
+	cfg.Shadow = o.Shadow
+	cfg.StoreTimeout = o.StoreTimeout
+	return cfg, nil
+}
+
+// RunServer serves cfg on addr until ctx is cancelled, then shuts down
+// gracefully. If ready is non-nil it is called with the bound address once
+// the listener is open (useful with port 0).
+func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr)) error {
+	srv, err := service.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{
+		Handler: srv,
+		// Why these: a slow or stalled client must not hold a connection
+		// (and its goroutine) forever; /allow answers in microseconds.
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
+		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),
+		"shadow", cfg.Shadow, "fail_open", cfg.FailOpen)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	allowed, denied := srv.Stats()
+	log.Info("stopped", "allowed_total", allowed, "denied_total", denied)
+	return err
+}
