@@ -3,6 +3,7 @@ package ratelimiter_test
 import (
 	"context"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -15,7 +16,12 @@ import (
 	"github.com/sluice-go/sluice/vclock"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(sharedChildEnv) != "" {
+		os.Exit(sharedChild()) // a child process of TestSharedCrossProcess
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // run runs main in a virtual-time loop starting at vclock.Epoch and fails
 // the test on its error.
