@@ -99,6 +99,9 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	results := make([]ReplicaStats, *replicas)
 	var wg sync.WaitGroup
 	for i, r := range reps {
+		// Real replicas are not in step: stagger their tick phases so the
+		// first replica does not always ask first after a token arrives.
+		r.Phase = time.Duration(float64(time.Second) / *rps * float64(i) / float64(len(reps)))
 		wg.Go(func() { results[i] = r.Run(ctx, lives[i]) })
 	}
 	done := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ type Replica struct {
 	RPS      float64
 	Duration time.Duration
 	Fail     client.FailMode
+	Phase    time.Duration // delay before the first attempt (counted in Duration)
 }
 
 // ReplicaStats counts a replica's attempts. Latencies are of requests that
@@ -83,10 +85,25 @@ func fmtDur(d time.Duration) string {
 // non-nil, may be called from another goroutine for live progress.
 func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 	st := ReplicaStats{ID: r.ID}
-	period := time.Duration(float64(time.Second) / r.RPS)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
 	end := time.Now().Add(r.Duration)
+	if r.Phase > 0 {
+		t := time.NewTimer(r.Phase)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return st
+		case <-t.C:
+		}
+	}
+	period := float64(time.Second) / r.RPS
+	// Why jittered gaps (uniform in [0.5, 1.5]·period, same mean): with a
+	// strict ticker every replica asks at a fixed phase, and under GCRA the
+	// tokens also arrive at a fixed phase, so the replica whose phase comes
+	// first after a token would win every token. Real traffic is irregular.
+	next := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	for time.Now().Before(end) {
 		t0 := time.Now()
 		d, err := r.Client.Allow(ctx, r.Key, 1)
@@ -118,10 +135,12 @@ func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 			}
 		}
 		live.set(st)
+		next = next.Add(time.Duration(period * (0.5 + rand.Float64())))
+		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
 			return st
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
 	return st
