@@ -1,18 +1,260 @@
 package sharedbucket
 
 import (
+	"bufio"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
 )
 
-// childEnv selects a child role when the test binary is re-executed.
-const childEnv = "SLUICE_SHAREDBUCKET_CHILD"
+// Cross-process tests re-execute this test binary with childEnv set to a
+// role; TestMain runs the role instead of the tests. Parameters travel in
+// environment variables, results come back as lines on stdout.
+const (
+	childEnv   = "SLUICE_SHAREDBUCKET_CHILD"
+	pathEnv    = "SLUICE_SB_PATH"
+	policyEnv  = "SLUICE_SB_POLICY" // limit,window-ns,burst,slots
+	roundsEnv  = "SLUICE_SB_ROUNDS"
+	durEnv     = "SLUICE_SB_DURATION"
+	modeEnv    = "SLUICE_SB_MODE"
+	keysEnv    = "SLUICE_SB_KEYS"
+	seedEnv    = "SLUICE_SB_SEED"
+	childRoleA = "open-rounds"
+	childRoleB = "stall-create"
+	childRoleC = "hammer"
+	childRoleD = "exact"
+	childRoleE = "clock"
+)
+
+func encodePolicy(p Policy, slots int) string {
+	return fmt.Sprintf("%d,%d,%d,%d", p.Limit, int64(p.Window), p.Burst, slots)
+}
+
+func decodePolicy() (Policy, int) {
+	var p Policy
+	var w int64
+	var slots int
+	fmt.Sscanf(os.Getenv(policyEnv), "%d,%d,%d,%d", &p.Limit, &w, &p.Burst, &slots)
+	p.Window = time.Duration(w)
+	return p, slots
+}
 
 // runChild runs one child role and returns its exit code.
 func runChild(role string) int {
+	var err error
 	switch role {
+	case childRoleA:
+		err = childOpenRounds()
+	case childRoleB:
+		err = childStallCreate()
+	case childRoleC:
+		err = childHammer()
+	case childRoleD:
+		err = childExact()
+	case childRoleE:
+		fmt.Println(Now())
 	default:
-		fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
-		return 2
+		err = fmt.Errorf("unknown child role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 1
+	}
+	return 0
+}
+
+// childOpenRounds: for each round, wait for "go" on stdin, open
+// <path>.<round>, print the creation nonce, close.
+func childOpenRounds() error {
+	p, slots := decodePolicy()
+	rounds, _ := strconv.Atoi(os.Getenv(roundsEnv))
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	for r := range rounds {
+		if !in.Scan() {
+			return fmt.Errorf("stdin closed before round %d", r)
+		}
+		tb, err := Open(fmt.Sprintf("%s.%d", os.Getenv(pathEnv), r), p, WithSlots(slots))
+		if err != nil {
+			return err
+		}
+		fmt.Println(hex.EncodeToString(tb.nonce[:]))
+		tb.Close()
+	}
+	return nil
+}
+
+// childStallCreate builds the file and stops for ever just before
+// publishing it, so the parent can kill a creator mid-creation.
+func childStallCreate() error {
+	p, slots := decodePolicy()
+	testHookBeforePublish = func(tmp string) {
+		fmt.Println("ready", tmp)
+		select {}
+	}
+	_, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	return err
+}
+
+// childHammer spends on many keys (claims, reclaims, evictions) and one hot
+// Bucket until it is killed.
+func childHammer() error {
+	p, slots := decodePolicy()
+	tb, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	if err != nil {
+		return err
+	}
+	nkeys, _ := strconv.Atoi(os.Getenv(keysEnv))
+	seed, _ := strconv.ParseUint(os.Getenv(seedEnv), 10, 64)
+	r := rand.New(rand.NewPCG(seed, 1))
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = "h" + strconv.Itoa(i)
+	}
+	hot := tb.Bucket("hot")
+	fmt.Println("ready")
+	for i := 0; ; i++ {
+		if i%4 == 0 {
+			hot.TryAcquire(1)
+		} else {
+			tb.AllowN(keys[r.IntN(nkeys)], 1+r.Int64N(p.burstOrLimit()))
+		}
+		if i%997 == 0 {
+			tb.Forget(keys[r.IntN(nkeys)])
+		}
+	}
+}
+
+// exactResult is what an exact child reports.
+type exactResult struct {
+	Allowed int64      `json:"allowed"`
+	Calls   int64      `json:"calls"`
+	First   int64      `json:"first"` // clock reading at or before the first decision
+	Last    int64      `json:"last"`  // clock reading at or after the last decision
+	Gaps    [][2]int64 `json:"gaps"`  // stretches longer than gapMin with no call
+	// FirstDone is a reading taken when the first call had returned: the
+	// first decision's CAS landed in [First, FirstDone].
+	FirstDone int64 `json:"first_done"`
+}
+
+// childExact waits for "go" on stdin, then spends one token at a time on
+// one key for the given duration and reports. Mode "at" passes its own
+// clock readings (exact decision times); mode "live" lets the table read
+// the clock and brackets each call with its own readings.
+func childExact() error {
+	p, slots := decodePolicy()
+	tb, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	dur, _ := time.ParseDuration(os.Getenv(durEnv))
+	live := os.Getenv(modeEnv) == "live"
+	gapMin := tb.tau / 4
+	bk := tb.Bucket("exact")
+	// Fault the mapping's pages in now (a write to another key), so that the
+	// first timed call does not sit on a page fault while the bucket is full.
+	tb.AllowAt("warm-up", 1, Now())
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() {
+		return fmt.Errorf("stdin closed")
+	}
+	var res exactResult
+	start := Now()
+	end := start + int64(dur)
+	prev := start
+	res.First = -1
+	for {
+		var now int64
+		var ok bool
+		if live {
+			ok = tb.Allow("exact")
+			now = Now()
+		} else {
+			now = Now()
+			ok = bk.TryAcquireAt(1, now)
+		}
+		if res.First < 0 {
+			// The first decision time: exact in mode "at"; in mode "live" a
+			// reading taken before the call, so never after the decision.
+			res.First = now
+			if live {
+				res.First = start
+			}
+			res.FirstDone = Now()
+		}
+		res.Calls++
+		if ok {
+			res.Allowed++
+		}
+		if now-prev > gapMin {
+			res.Gaps = append(res.Gaps, [2]int64{prev, now})
+		}
+		prev = now
+		if now >= end {
+			break
+		}
+	}
+	res.Last = prev
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// child is a running child process with line access to its stdout.
+type child struct {
+	cmd   *exec.Cmd
+	out   *bufio.Scanner
+	stdin interface {
+		Write([]byte) (int, error)
+		Close() error
+	}
+}
+
+func startChild(t *testing.T, role string, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{childEnv + "=" + role}, env...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, out: bufio.NewScanner(stdout), stdin: stdin}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return c
+}
+
+// line returns the child's next stdout line.
+func (c *child) line(t *testing.T) string {
+	t.Helper()
+	if !c.out.Scan() {
+		t.Fatalf("child %d: stdout ended (%v)", c.cmd.Process.Pid, c.out.Err())
+	}
+	return strings.TrimSpace(c.out.Text())
+}
+
+func (c *child) send(t *testing.T, s string) {
+	t.Helper()
+	if _, err := c.stdin.Write([]byte(s + "\n")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,314 @@
+package sharedbucket
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestChildClockAgrees: a child process's Now lies inside the parent's
+// bracket, and Now agrees with clock_gettime(CLOCK_MONOTONIC): the clock is
+// absolute, not process-relative.
+func TestChildClockAgrees(t *testing.T) {
+	for range 1 {
+		before := Now()
+		c := startChild(t, childRoleE)
+		v, err := strconv.ParseInt(c.line(t), 10, 64)
+		require.NoError(t, err)
+		require.NoError(t, c.cmd.Wait())
+		after := Now()
+		assert.True(t, before <= v && v <= after, "child %d not in [%d, %d]", v, before, after)
+	}
+	var ts unix.Timespec
+	a := Now()
+	require.NoError(t, unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts))
+	b := Now()
+	assert.True(t, a <= ts.Nano() && ts.Nano() <= b, "CLOCK_MONOTONIC %d not in [%d, %d]", ts.Nano(), a, b)
+}
+
+// TestCreationRace: 8 processes open the same new path at once, 10 times
+// over. Each round, all of them see one file (one creation nonce) and no
+// temporary file is left behind.
+func TestCreationRace(t *testing.T) {
+	const procs, rounds = 8, 10
+	dir := tmpfsDir(t)
+	base := filepath.Join(dir, "race.sbt")
+	var kids []*child
+	for range procs {
+		kids = append(kids, startChild(t, childRoleA,
+			pathEnv+"="+base, policyEnv+"="+encodePolicy(fileP, 64), roundsEnv+"="+strconv.Itoa(rounds)))
+	}
+	for _, c := range kids {
+		require.Equal(t, "ready", c.line(t))
+	}
+	for r := range rounds {
+		for _, c := range kids {
+			c.send(t, "go")
+		}
+		nonces := map[string]int{}
+		for _, c := range kids {
+			nonces[c.line(t)]++
+		}
+		require.Len(t, nonces, 1, "round %d: processes disagree on the file: %v", r, nonces)
+	}
+	for _, c := range kids {
+		require.NoError(t, c.cmd.Wait())
+	}
+	var want []string
+	for r := range rounds {
+		want = append(want, fmt.Sprintf("race.sbt.%d", r))
+	}
+	assert.ElementsMatch(t, want, entries(t, dir), "one file per round and nothing else")
+}
+
+// TestCreatorKilled: a creator SIGKILLed after building its file but before
+// publishing it leaves no file under the final name; the next opener creates
+// the table and removes the dead creator's temporary file.
+func TestCreatorKilled(t *testing.T) {
+	dir := tmpfsDir(t)
+	path := filepath.Join(dir, "k.sbt")
+	c := startChild(t, childRoleB, pathEnv+"="+path, policyEnv+"="+encodePolicy(fileP, 64))
+	f := strings.Fields(c.line(t))
+	require.Len(t, f, 2)
+	require.Equal(t, "ready", f[0])
+	tmp := f[1]
+	require.FileExists(t, tmp)
+	require.NoError(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	_ = c.cmd.Wait()
+
+	_, err := os.Lstat(path)
+	require.True(t, os.IsNotExist(err), "nothing published under the final name")
+	tb, err := Open(path, fileP, WithSlots(64))
+	require.NoError(t, err, "nothing wedges the next opener")
+	defer tb.Close()
+	assert.True(t, tb.Allow("k"))
+	assert.Equal(t, []string{"k.sbt"}, entries(t, dir), "the dead creator's temporary file was swept")
+}
+
+// TestKillStorm: processes hammer a small table (claims, reclaims,
+// evictions, forgets) while being SIGKILLed and SIGSTOPped at random. After
+// the storm the file validates, every TAT is within now+τ, no key holds two
+// live slots, every bucket is full τ later, and the table keeps working.
+func TestKillStorm(t *testing.T) {
+	p := Policy{Limit: 1000, Window: time.Second, Burst: 10} // τ = 10ms
+	const slots, nkeys, procs = 64, 96, 3
+	path := filepath.Join(tmpfsDir(t), "storm.sbt")
+	tb, err := Open(path, p, WithSlots(slots))
+	require.NoError(t, err)
+	defer tb.Close()
+	env := []string{pathEnv + "=" + path, policyEnv + "=" + encodePolicy(p, slots), keysEnv + "=" + strconv.Itoa(nkeys)}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	spawn := func() *child {
+		c := startChild(t, childRoleC, append(env, seedEnv+"="+strconv.FormatUint(r.Uint64(), 10))...)
+		require.Equal(t, "ready", c.line(t))
+		return c
+	}
+	kids := make([]*child, procs)
+	for i := range kids {
+		kids[i] = spawn()
+	}
+	// The parent hammers too, and must keep getting answers throughout.
+	stop := make(chan struct{})
+	progress := make(chan int64)
+	go func() {
+		var n int64
+		bk := tb.Bucket("parent")
+		for {
+			select {
+			case <-stop:
+				progress <- n
+				return
+			default:
+			}
+			if bk.TryAcquire(1) {
+				n++
+			}
+			tb.Allow("h" + strconv.Itoa(int(n%nkeys)))
+		}
+	}()
+	kills, stops := 0, 0
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		// Let the children run for a random 1–100 ms between blows.
+		time.Sleep(time.Duration(1+r.IntN(100)) * time.Millisecond)
+		i := r.IntN(procs)
+		if r.IntN(3) == 0 {
+			// A long pause, possibly between a Load and its CAS.
+			require.NoError(t, kids[i].cmd.Process.Signal(syscall.SIGSTOP))
+			time.Sleep(time.Duration(1+r.IntN(30)) * time.Millisecond)
+			require.NoError(t, kids[i].cmd.Process.Signal(syscall.SIGCONT))
+			stops++
+			continue
+		}
+		require.NoError(t, kids[i].cmd.Process.Signal(syscall.SIGKILL))
+		_ = kids[i].cmd.Wait()
+		kids[i] = spawn()
+		kills++
+	}
+	for _, c := range kids {
+		c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+	close(stop)
+	parentAllowed := <-progress
+	t.Logf("%d kills, %d stop/cont pauses; parent allowed %d; stats %+v", kills, stops, parentAllowed, tb.Stats())
+	require.Greater(t, parentAllowed, int64(0))
+
+	// The file validates on a fresh attach.
+	again, err := Open(path, p, WithSlots(slots))
+	require.NoError(t, err)
+	defer again.Close()
+	now := Now()
+	live := map[uint64]int{}
+	for i := range uint64(slots) {
+		s := slotAt(again.slots, i)
+		tat, key := s.tat.Load(), s.key.Load()
+		require.LessOrEqual(t, tat, now+again.tau, "slot %d: TAT beyond now+τ", i)
+		if key != 0 && tat > now {
+			live[key]++
+		}
+	}
+	for k, n := range live {
+		assert.Equal(t, 1, n, "key %x holds %d live slots", k, n)
+	}
+	later := now + again.tau
+	for i := range nkeys {
+		k := "h" + strconv.Itoa(i)
+		assert.Equal(t, 10.0, again.RemainingAt(k, later), "key %s full τ later", k)
+	}
+	assert.Equal(t, 10.0, again.RemainingAt("hot", later))
+	// And it still limits exactly.
+	n := 0
+	for range 20 {
+		if again.AllowAt("after-storm", 1, later) {
+			n++
+		}
+	}
+	assert.Equal(t, 10, n)
+}
+
+// TestCrossProcessExact: P processes spend on one key for about a second.
+// The total allowed never exceeds b + (e−s)/T, with no slack at all, and is
+// at least that bound − P, less whatever could have been lost while no
+// process was running at all (the machine is shared; such stalls are
+// measured, not guessed, and are logged).
+func TestCrossProcessExact(t *testing.T) {
+	dur := time.Second
+	for _, tc := range []struct {
+		p     Policy
+		procs int
+		mode  string
+	}{
+		{Policy{Limit: 100_000, Window: time.Second, Burst: 100}, 2, "at"},
+		{Policy{Limit: 100_000, Window: time.Second, Burst: 100}, 4, "at"},
+		{Policy{Limit: 1000, Window: time.Second, Burst: 10}, 2, "at"},
+		{Policy{Limit: 1000, Window: time.Second, Burst: 10}, 4, "at"},
+		{Policy{Limit: 5, Window: 300 * time.Second, Burst: 5}, 2, "at"},
+		{Policy{Limit: 5, Window: 300 * time.Second, Burst: 5}, 4, "at"},
+		{Policy{Limit: 100_000, Window: time.Second, Burst: 100}, 2, "live"},
+		{Policy{Limit: 1000, Window: time.Second, Burst: 10}, 4, "live"},
+	} {
+		name := fmt.Sprintf("%d per %v b=%d P=%d %s", tc.p.Limit, tc.p.Window, tc.p.Burst, tc.procs, tc.mode)
+		t.Run(name, func(t *testing.T) {
+			c, err := tc.p.canon()
+			require.NoError(t, err)
+			path := filepath.Join(tmpfsDir(t), "exact.sbt")
+			env := []string{pathEnv + "=" + path, policyEnv + "=" + encodePolicy(tc.p, 64),
+				durEnv + "=" + dur.String(), modeEnv + "=" + tc.mode}
+			var kids []*child
+			for range tc.procs {
+				kids = append(kids, startChild(t, childRoleD, env...))
+			}
+			for _, k := range kids {
+				require.Equal(t, "ready", k.line(t))
+			}
+			for _, k := range kids {
+				k.send(t, "go")
+			}
+			var res []exactResult
+			for _, k := range kids {
+				var r exactResult
+				require.NoError(t, json.Unmarshal([]byte(k.line(t)), &r))
+				require.NoError(t, k.cmd.Wait())
+				res = append(res, r)
+			}
+			var allowed, calls int64
+			s, e := res[0].First, res[0].Last
+			startLag := res[0].FirstDone - res[0].First
+			for _, r := range res {
+				allowed += r.Allowed
+				calls += r.Calls
+				if r.First < s {
+					s, startLag = r.First, r.FirstDone-r.First
+				}
+				e = max(e, r.Last)
+			}
+			bound := c.burst + (e-s)/c.interval
+			// The bucket is full at s, and the first CAS (which ends the
+			// full stretch) lands by the time the earliest process's first
+			// call returns: up to startLag/T tokens can go unclaimed there.
+			lost, stalls := uncovered(res, s, e, c.interval, c.tau()/2)
+			lost += startLag / c.interval
+			t.Logf("calls %d, allowed %d, bound %d (e−s = %v), first call %v, stalls %v: up to %d tokens lost",
+				calls, allowed, bound, time.Duration(e-s), time.Duration(startLag), stalls, lost)
+			assert.LessOrEqual(t, allowed, bound, "allowed above b + (e−s)/T")
+			assert.GreaterOrEqual(t, allowed, bound-int64(tc.procs)-lost, "liveness")
+		})
+	}
+}
+
+// uncovered returns the stretches of [s, e] longer than free in which no
+// process made a call (each process covers [First, Last] minus its own
+// gaps), and how many tokens could have been lost in them. While processes
+// poll continuously the bucket stays nearly empty (debt ≥ τ − T), so a
+// stretch loses nothing until the bucket has refilled; with free = τ/2 a
+// stretch g loses at most (g − free)/T + 1 tokens.
+func uncovered(res []exactResult, s, e, interval, free int64) (lost int64, stalls []time.Duration) {
+	type ev struct {
+		at    int64
+		delta int
+	}
+	var evs []ev
+	for _, r := range res {
+		start := r.First
+		for _, g := range r.Gaps {
+			evs = append(evs, ev{start, +1}, ev{g[0], -1})
+			start = g[1]
+		}
+		evs = append(evs, ev{start, +1}, ev{r.Last, -1})
+	}
+	slices.SortFunc(evs, func(a, b ev) int {
+		if a.at != b.at {
+			return int(a.at - b.at)
+		}
+		return b.delta - a.delta // openings first: touching stretches are covered
+	})
+	depth, from := 0, s
+	for _, v := range evs {
+		if depth == 0 && v.at-from > free {
+			stalls = append(stalls, time.Duration(v.at-from))
+			lost += (v.at-from-free)/interval + 1
+		}
+		depth += v.delta
+		if depth == 0 {
+			from = v.at
+		}
+	}
+	if e-from > free {
+		stalls = append(stalls, time.Duration(e-from))
+		lost += (e-from-free)/interval + 1
+	}
+	return lost, stalls
+}
