@@ -48,7 +48,7 @@ func TestLookupBeforeClaim(t *testing.T) {
 	tb := openTemp(t, slotPolicy, WithSlots(64))
 	a, b := hashAt(5, 1), hashAt(5, 2)
 	require.True(t, tb.decide(b, 1, t0-slotT/2, false)) // b at pos 0, full again at t0+T/2
-	require.True(t, tb.decide(a, 10, t0, false))      // a at pos 1, drained
+	require.True(t, tb.decide(a, 10, t0, false))        // a at pos 1, drained
 	require.Equal(t, 0, pos(tb, b))
 	require.Equal(t, 1, pos(tb, a))
 

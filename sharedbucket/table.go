@@ -171,7 +171,7 @@ func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 	need := cost * t.interval
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
-		var d int64 // debt in ns; 0 means the bucket is full
+		var d int64    // debt in ns; 0 means the bucket is full
 		if tat > now { // compare first: tat − now cannot overflow then
 			d = tat - now
 		}
