@@ -14,6 +14,9 @@ import (
 // "shm:DIR" (table files in DIR), or a Redis URL "redis://HOST:PORT/DB".
 // sweep is the memory store's idle sweep interval.
 func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
+	if err := CheckStoreSpec(spec); err != nil {
+		return nil, err
+	}
 	switch {
 	case spec == "memory":
 		return store.NewMemory(store.WithSweep(sweep)), nil
@@ -21,7 +24,16 @@ func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
 		return openShm(strings.TrimPrefix(strings.TrimPrefix(spec, "shm"), ":"))
 	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
 		return redisstore.Open(spec)
-	default:
-		return nil, fmt.Errorf("-store %q: want memory, shm, shm:PATH or redis://HOST:PORT/DB", spec)
 	}
+	panic("unreachable: CheckStoreSpec accepted " + spec)
+}
+
+// CheckStoreSpec reports whether spec has the form of a -store value.
+func CheckStoreSpec(spec string) error {
+	switch {
+	case spec == "memory", spec == "shm", strings.HasPrefix(spec, "shm:") && len(spec) > 4,
+		strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
+		return nil
+	}
+	return fmt.Errorf("-store %q: want memory, shm, shm:DIR or redis://HOST:PORT/DB", spec)
 }

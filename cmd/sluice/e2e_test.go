@@ -1,0 +1,310 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		_ = os.RemoveAll(dir)
+		os.Exit(code)
+	}))
+}
+
+// server is a running `sluice serve` child.
+type server struct {
+	cmd  *exec.Cmd
+	URL  string
+	logs *syncBuf
+	done chan struct{}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// serve starts `sluice serve -addr 127.0.0.1:0 args...` and waits for its
+// "listening" log line.
+func serve(t *testing.T, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	s := &server{cmd: cmd, logs: &syncBuf{}, done: make(chan struct{})}
+	addr := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = s.logs.Write([]byte(line + "\n"))
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		s.URL = "http://" + a
+	case <-s.done:
+		_ = cmd.Wait()
+		t.Fatalf("serve exited before listening:\n%s", s.logs.String())
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("serve did not start:\n%s", s.logs.String())
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-s.done
+			_ = cmd.Wait()
+		}
+	})
+	return s
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (s *server) stop(t *testing.T) int {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	<-s.done
+	err := s.cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	require.NoError(t, err)
+	return 0
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   string
+}
+
+var hc = &http.Client{Timeout: 5 * time.Second}
+
+func get(t *testing.T, url string) resp {
+	t.Helper()
+	r, err := hc.Get(url)
+	require.NoError(t, err)
+	defer r.Body.Close()
+	b, err := io.ReadAll(r.Body)
+	require.NoError(t, err)
+	return resp{r.StatusCode, r.Header, string(b)}
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	s := serve(t, "-store", "memory", "-rate", "10", "-burst", "10", "-limits", "tenant-b=5:5")
+	var codes []int
+	for range 12 {
+		codes = append(codes, get(t, s.URL+"/allow?key=t").status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 429, 429}, codes[:12])
+	r := get(t, s.URL+"/allow?key=t")
+	require.Equal(t, 429, r.status)
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
+	assert.Equal(t, `"default";q=10;w=1`, r.header.Get("RateLimit-Policy"))
+	assert.Contains(t, r.body, `"allowed":false`)
+
+	r = get(t, s.URL+"/allow?key=tenant-b&n=6")
+	assert.Equal(t, 400, r.status)
+	assert.Contains(t, r.body, "can never be allowed")
+
+	var st map[string]int64
+	require.NoError(t, json.Unmarshal([]byte(get(t, s.URL+"/stats").body), &st))
+	assert.Equal(t, map[string]int64{"keys": 1, "allowed_total": 10, "denied_total": 3}, st)
+	assert.Equal(t, "ok\n", get(t, s.URL+"/healthz").body)
+	assert.Contains(t, get(t, s.URL+"/metrics").body, `sluice_decisions_total{policy="default",result="allowed"} 10`)
+
+	assert.Equal(t, 0, s.stop(t), "SIGTERM is a graceful exit")
+	logs := s.logs.String()
+	assert.Contains(t, logs, "msg=\"shutting down\"")
+	assert.Contains(t, logs, "msg=stopped allowed_total=10 denied_total=3")
+}
+
+func TestServeBadFlagsExit2(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-limits", "a=1:1,b=oops"}, `-limits entry 2 "b=oops"`},
+		{[]string{"-fail", "maybe"}, `-fail "maybe"`},
+		{[]string{"-rate", "0"}, "rate 0"},
+		{[]string{"-store", "nope"}, `-store "nope"`},
+	} {
+		out, err := exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, c.args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", c.args, out)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", c.args)
+		assert.Contains(t, string(out), c.want)
+	}
+}
+
+// Two serve processes on one shm directory hold one limit between them.
+func TestTwoServeProcessesShareShm(t *testing.T) {
+	dir := t.TempDir()
+	a := serve(t, "-store", "shm:"+dir, "-rate", "0.001", "-burst", "20")
+	b := serve(t, "-store", "shm:"+dir, "-rate", "0.001", "-burst", "20")
+	allowed := 0
+	for i := range 60 {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		if get(t, s.URL+"/allow?key=shared").status == 200 {
+			allowed++
+		}
+	}
+	assert.Equal(t, 20, allowed, "60 requests alternating between two servers, burst 20 at 1 per 1000 s")
+	assert.Equal(t, 0, a.stop(t))
+	assert.Equal(t, 0, b.stop(t))
+}
+
+var summaryRE = regexp.MustCompile(`^(\S+) summary: attempts=(\d+) allowed=(\d+) denied=(\d+)(?: errors=(\d+))? → work done=(\d+)$`)
+
+// runReplicas runs three `sluice client` processes at 20/s each for d against
+// the given service URLs (round robin) and returns the total allowed and the
+// wall time of the whole run.
+func runReplicas(t *testing.T, urls []string, key string, d time.Duration) (int, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	outs := make([]string, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			out, err := exec.Command(binary, "client", "-id", fmt.Sprintf("inst-%d", i+1), "-limiter", urls[i%len(urls)],
+				"-key", key, "-rps", "20", "-duration", d.String(), "-timeout", "500ms", "-fail", "closed").CombinedOutput()
+			assert.NoError(t, err, "%s", out)
+			outs[i] = string(out)
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	total := 0
+	for i, out := range outs {
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.GreaterOrEqual(t, len(lines), 2, out)
+		m := summaryRE.FindStringSubmatch(lines[0])
+		require.NotNil(t, m, "summary line %q", lines[0])
+		assert.Equal(t, fmt.Sprintf("inst-%d", i+1), m[1])
+		assert.Empty(t, m[5], "no errors: %s", out)
+		n, _ := strconv.Atoi(m[3])
+		total += n
+		assert.Regexp(t, `^inst-\d /allow latency: p50=\S+ p99=\S+ `, lines[1])
+	}
+	return total, elapsed
+}
+
+func TestThreeReplicasShm(t *testing.T) {
+	dir := t.TempDir()
+	// Two servers on one shm table: replicas 1 and 3 use a, replica 2 uses b.
+	a := serve(t, "-store", "shm:"+dir, "-limits", "tenant-a=10:10")
+	b := serve(t, "-store", "shm:"+dir, "-limits", "tenant-a=10:10")
+	total, elapsed := runReplicas(t, []string{a.URL, b.URL}, "tenant-a", 2*time.Second)
+	bound := 10*elapsed.Seconds() + 10
+	t.Logf("shm: allowed %d over %v (bound %.1f)", total, elapsed, bound)
+	assert.LessOrEqual(t, float64(total), bound)
+	assert.GreaterOrEqual(t, total, 25, "demand is 6× the limit over ≥ 2 s: about 30 must pass")
+}
+
+func TestThreeReplicasRedis(t *testing.T) {
+	rs := redistest.Start(t)
+	s := serve(t, "-store", rs.URL(), "-limits", "tenant-a=10:10")
+	total, elapsed := runReplicas(t, []string{s.URL}, "tenant-a", 2*time.Second)
+	bound := 10*elapsed.Seconds() + 10
+	t.Logf("redis: allowed %d over %v (bound %.1f)", total, elapsed, bound)
+	assert.LessOrEqual(t, float64(total), bound)
+	assert.GreaterOrEqual(t, total, 25)
+}
+
+func TestRedisKilledMidRun(t *testing.T) {
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			rs := redistest.Start(t)
+			s := serve(t, "-store", rs.URL(), "-fail", mode, "-store-timeout", "200ms")
+			require.Equal(t, 200, get(t, s.URL+"/allow?key=k").status)
+			require.Equal(t, 200, get(t, s.URL+"/healthz").status)
+
+			rs.Kill()
+			r := get(t, s.URL+"/allow?key=k")
+			if mode == "open" {
+				assert.Equal(t, 200, r.status, r.body)
+				assert.Contains(t, r.body, `"allowed":true`)
+			} else {
+				assert.Equal(t, 429, r.status, r.body)
+				assert.Contains(t, r.body, `"allowed":false`)
+			}
+			assert.Contains(t, r.body, "store unavailable")
+			h := get(t, s.URL+"/healthz")
+			assert.Equal(t, 503, h.status)
+			assert.Contains(t, h.body, "store down (redis)")
+			assert.Contains(t, get(t, s.URL+"/metrics").body, `sluice_store_errors_total{store="redis"} 1`)
+
+			rs.Restart()
+			// go-redis redials on the next call; a real process, so poll.
+			require.Eventually(t, func() bool { return get(t, s.URL+"/healthz").status == 200 },
+				10*time.Second, 20*time.Millisecond)
+			r = get(t, s.URL+"/allow?key=k")
+			assert.Equal(t, 200, r.status, r.body)
+			assert.NotContains(t, r.body, "degraded")
+			assert.Equal(t, 0, s.stop(t))
+			assert.Contains(t, s.logs.String(), "store failing")
+			assert.Contains(t, s.logs.String(), "store recovered")
+		})
+	}
+}
+
+func TestDemoFinishesAndHoldsTheLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, binary, "demo", "-duration", "2s").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Less(t, time.Since(start), 6*time.Second)
+	s := string(out)
+	assert.Regexp(t, `allowed in total: \d+ of \d+ attempts`, s)
+	assert.Regexp(t, `→  \d+ ≤ \d+\.\d`, s)
+	assert.Equal(t, 3, strings.Count(s, " summary: attempts="))
+}
