@@ -56,9 +56,15 @@ func (c *loopCtx) propagate() {
 		c.stopParent = p.AfterFunc(func() { c.cancel(p.Err(), p.causeOrErr()) })
 		return
 	}
+	// A standard parent tells us from a goroutine of its own; until it has,
+	// the loop must not judge itself idle (see loop.outsidePending).
 	parent := c.parent
+	c.l.watch(c, parent)
 	c.stopParent = context.AfterFunc(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
 }
+
+// pending reports whether c is still waiting for its cancellation to arrive.
+func (c *loopCtx) pending() bool { return c.Err() == nil }
 
 // nearestLoopCtx returns ctx's nearest loop context when ctx is done exactly
 // when that context is (ctx is the loop context itself or a value wrapper).
@@ -189,6 +195,7 @@ func (c *loopCtx) cancel(err, cause error) {
 	}
 	if stopParent != nil {
 		stopParent()
+		c.l.unwatch(c)
 	}
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)

@@ -40,7 +40,7 @@ type loop struct {
 	inbox    []*Fiber   // fibers woken from anywhere, in wake order
 	spare    []*Fiber
 	blocking int                         // Blocking calls in flight
-	watched  map[*Waiter]context.Context // waits on contexts that cancel from their own goroutine
+	watched  map[watchee]context.Context // waits on contexts that cancel from their own goroutine
 	sleeping bool                        // the loop is blocked on notify
 	notify   chan struct{}
 	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
@@ -126,18 +126,22 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 	f.parkedOn = nil
 }
 
-// watch records a wait on a context whose cancellation arrives from a
-// goroutine of the standard library's; see outsidePending.
-func (l *loop) watch(w *Waiter, ctx context.Context) {
+// A watchee waits for the cancellation of a standard context, which the
+// standard library delivers from a goroutine of its own: a Waiter parked on
+// such a context, or a loop context whose parent is one.
+type watchee interface{ pending() bool }
+
+// watch records w as waiting on ctx; see outsidePending.
+func (l *loop) watch(w watchee, ctx context.Context) {
 	l.mu.Lock()
 	if l.watched == nil {
-		l.watched = make(map[*Waiter]context.Context)
+		l.watched = make(map[watchee]context.Context)
 	}
 	l.watched[w] = ctx
 	l.mu.Unlock()
 }
 
-func (l *loop) unwatch(w *Waiter) {
+func (l *loop) unwatch(w watchee) {
 	l.mu.Lock()
 	delete(l.watched, w)
 	l.mu.Unlock()
@@ -145,7 +149,8 @@ func (l *loop) unwatch(w *Waiter) {
 
 // outsidePending reports whether a wake may still arrive from outside the
 // loop: a Blocking call in flight, or a watched context already done whose
-// callback has not yet woken its waiter. Virtual time must not move then.
+// callback has not yet reached its watchee. Virtual time must not move then,
+// nor may the loop report a deadlock.
 func (l *loop) outsidePending() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -153,7 +158,7 @@ func (l *loop) outsidePending() bool {
 		return true
 	}
 	for w, ctx := range l.watched {
-		if ctx.Err() != nil && w.state.Load()&stateMask == statePending {
+		if ctx.Err() != nil && w.pending() {
 			return true
 		}
 	}
