@@ -61,15 +61,24 @@ type Server struct {
 	storeLat prometheus.Observer
 	storeErr prometheus.Counter
 
+	inProcess bool // the store never waits: no per-call timeout needed
+
 	allowed, denied atomic.Int64
 	storeDown       atomic.Bool // for logging transitions only
 }
 
 type policyEntry struct {
-	p        store.Policy
-	counters *policyCounters
-	header   string // RateLimit-Policy value
+	p         store.Policy
+	counters  *policyCounters
+	nameSF    string   // the name as a structured-field string
+	policyHdr []string // RateLimit-Policy value
+	limitHdr  []string // X-RateLimit-Limit value
 }
+
+var (
+	jsonCT  = []string{"application/json"}
+	noStore = []string{"no-store"}
+)
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
@@ -106,6 +115,7 @@ func New(cfg Config) (*Server, error) {
 		e := s.entry(p)
 		s.byKey[k] = &e
 	}
+	_, s.inProcess = cfg.Store.(store.InProcess)
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
@@ -125,10 +135,13 @@ func (s *Server) entry(p store.Policy) policyEntry {
 	// a GCRA bucket refills its whole burst in burst/rate seconds, and the
 	// draft wants whole seconds.
 	w := max(1, int64(math.Ceil(float64(p.Burst)/p.Rate)))
+	name := sfString(p.Name)
 	return policyEntry{
-		p:        p,
-		counters: s.metrics.forPolicy(p.Name),
-		header:   sfString(p.Name) + ";q=" + strconv.FormatInt(p.Burst, 10) + ";w=" + strconv.FormatInt(w, 10),
+		p:         p,
+		counters:  s.metrics.forPolicy(p.Name),
+		nameSF:    name,
+		policyHdr: []string{name + ";q=" + strconv.FormatInt(p.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
+		limitHdr:  []string{strconv.FormatInt(p.Burst, 10)},
 	}
 }
 
@@ -170,11 +183,15 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	ctx := r.Context()
+	if !s.inProcess {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
+		defer cancel()
+	}
 	start := time.Now()
 	res, err := s.cfg.Store.Allow(ctx, a.key, a.n, e.p)
 	s.storeLat.Observe(time.Since(start).Seconds())
-	cancel()
 	if err != nil {
 		s.storeFailed(w, r, e, err)
 		return
@@ -268,16 +285,18 @@ func appendPolicy(b []byte, p store.Policy) []byte {
 
 func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	// Direct map writes with canonical keys and shared constant values: the
+	// hot path skips canonicalisation and an allocation per header.
+	h["Content-Type"] = jsonCT
+	h["Cache-Control"] = noStore
 	// Report remaining rounded down to a thousandth: never promise a token
 	// that has not fully arrived.
 	remaining := math.Floor(max(res.Remaining, 0)*1000) / 1000
 	whole := strconv.FormatInt(int64(remaining), 10)
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
-	h.Set("X-RateLimit-Remaining", whole)
-	h.Set("RateLimit-Policy", e.header)
-	h.Set("RateLimit", sfString(e.p.Name)+";r="+whole+";t="+strconv.FormatInt(ceilDiv(res.ResetAfter, time.Second), 10))
+	h["X-Ratelimit-Limit"] = e.limitHdr
+	h["X-Ratelimit-Remaining"] = []string{whole}
+	h["Ratelimit-Policy"] = e.policyHdr
+	h["Ratelimit"] = []string{e.nameSF + ";r=" + whole + ";t=" + strconv.FormatInt(ceilDiv(res.ResetAfter, time.Second), 10)}
 
 	b := make([]byte, 0, 128)
 	if res.Allowed || shadowDenied {
@@ -295,7 +314,7 @@ func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.
 		if shadowDenied {
 			b = append(b, `,"shadow_denied":true`...)
 		} else {
-			h.Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(res.RetryAfter, time.Second)), 10))
+			h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilDiv(res.RetryAfter, time.Second)), 10)}
 			status = http.StatusTooManyRequests
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/sluice-go/sluice/service"
@@ -73,6 +75,12 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	log := slog.New(h)
 	cfg.Logger = log
 
+	if os.Getenv("GOGC") == "" {
+		// Why: the live heap is tiny (a few MB), so the default GOGC=100
+		// collects every few thousand requests; 400 trades a few MB for
+		// fewer GC cycles on the request path. GOGC in the environment wins.
+		debug.SetGCPercent(400)
+	}
 	st, err := OpenStore(o.Store, o.Sweep)
 	if err != nil {
 		log.Error("cannot open store", "store", o.Store, "err", err)

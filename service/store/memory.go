@@ -169,3 +169,6 @@ func (m *Memory) Close() error {
 	})
 	return nil
 }
+
+// InProcess marks Memory as a store.InProcess store.
+func (m *Memory) InProcess() {}

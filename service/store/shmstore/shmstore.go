@@ -141,3 +141,6 @@ func (s *Store) Close() error {
 	s.closed.Store(true)
 	return s.arena.Close()
 }
+
+// InProcess marks Store as a store.InProcess store: Allow never waits.
+func (s *Store) InProcess() {}

@@ -1,0 +1,96 @@
+package loadgen_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestFixedRate(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(r.URL.Query().Get("key")))
+	}))
+	defer ts.Close()
+	r, err := loadgen.Run(context.Background(), loadgen.Config{
+		Addr: strings.TrimPrefix(ts.URL, "http://"), Rate: 500, Duration: 200 * time.Millisecond, Conns: 4,
+		Path: func(i int) string { return fmt.Sprintf("/allow?key=k%d", i%10) },
+	})
+	require.NoError(t, err)
+	assert.InDelta(t, 100, r.Sent, 2, "500/s for 0.2 s")
+	assert.Equal(t, map[int]int{200: r.Sent}, r.Status)
+	assert.Positive(t, r.Quantile(0.5))
+}
+
+var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+
+// TestServiceLoad measures `sluice serve` on loopback: latency at a fixed
+// 5k req/s and peak throughput, for each store. It takes about a minute and
+// is skipped unless SLUICE_LOADTEST=1.
+func TestServiceLoad(t *testing.T) {
+	if os.Getenv("SLUICE_LOADTEST") == "" {
+		t.Skip("set SLUICE_LOADTEST=1 to run the load measurements")
+	}
+	bin := filepath.Join(t.TempDir(), "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sluice").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	stores := []string{"memory", "shm:" + t.TempDir()}
+	if redistest.Binary() != "" {
+		stores = append(stores, redistest.Start(t).URL())
+	}
+	dur := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("SLUICE_LOADTEST_DURATION")); err == nil {
+		dur = d
+	}
+	t.Logf("machine: GOMAXPROCS=%d NumCPU=%d %s/%s %s", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	for _, st := range stores {
+		cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-store", st, "-rate", "1000", "-burst", "1000")
+		stderr, err := cmd.StderrPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		sc := bufio.NewScanner(stderr)
+		addr := ""
+		for sc.Scan() {
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
+				addr = m[1]
+				break
+			}
+		}
+		go func() {
+			for sc.Scan() {
+			}
+		}()
+		require.NotEmpty(t, addr)
+		path := func(i int) string { return fmt.Sprintf("/allow?key=k%d", i%1000) }
+		name := strings.SplitN(st, ":", 2)[0]
+		// Warm up connections and the store's tables/scripts.
+		_, err = loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 2000, Duration: time.Second})
+		require.NoError(t, err)
+		r, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 5000, Duration: dur})
+		require.NoError(t, err)
+		t.Logf("%-6s at 5k req/s: %v", name, r)
+		peak, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Duration: dur, Conns: 32})
+		require.NoError(t, err)
+		t.Logf("%-6s peak (32 conns, closed loop): %v", name, peak)
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}
+}
