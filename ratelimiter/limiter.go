@@ -49,15 +49,22 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 //
 // Refills are credited from the clock: every whole token accrued since the
 // last credit, carrying the fraction, and only while the bucket is below
-// Burst (a full bucket gains nothing). Over any window of time at most
-// Rate·window + Burst tokens are handed out by Acquire(1)/TryAcquire(1), and a
-// saturated limiter delivers exactly Rate in the long run: the k-th token
-// after the bucket ran dry comes at exactly k/Rate seconds.
+// Burst (a full bucket gains nothing). Over any window of time, calls of at
+// most Burst tokens are granted at most Rate·window + Burst tokens in total,
+// and a saturated limiter delivers exactly Rate in the long run: the k-th
+// token after the bucket ran dry comes at exactly k/Rate seconds. (A call of
+// n > Burst collects its tokens over time and is granted them all at once,
+// so a window that ends at its grant can see up to n − Burst more.)
 //
 // A timer (on the limiter's clock) is armed only while someone waits: an idle
 // limiter, or one whose bucket is full, arms nothing, holds no goroutine and
 // keeps no sched.Run open. Stop is therefore never needed to let a run or a
 // program end; it exists to fail the waiters of a limiter being retired.
+//
+// The limiter keeps the clock it was made with: make it inside the loop whose
+// fibers use it. A limiter made outside a virtual-time loop refills on real
+// time (or its mock), which that loop cannot see: fibers parked on it with
+// nothing else pending are reported in a sched.DeadlockError.
 //
 // A Limiter is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
