@@ -376,3 +376,28 @@ func TestVirtualHour(t *testing.T) {
 		assert.InDelta(t, float64(want)/fibers, float64(n), burst+1, "fiber %d", i)
 	}
 }
+
+// TestIdleLimiterArmsNothing: a full or idle limiter arms no timer; one
+// waiter arms exactly one, and it is gone once the waiter is served.
+// TryAcquire never barges past a waiter, even when a token has accrued.
+func TestIdleLimiterArmsNothing(t *testing.T) {
+	vc := vclock.New(time.Time{})
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		l := newLimiter(t, ctx, 10, 2)
+		assert.Equal(t, 0, vc.Pending(), "full: no timer")
+		require.True(t, l.TryAcquire(2))
+		assert.Equal(t, 0, vc.Pending(), "empty but nobody waits: no timer")
+		f := sched.Go(ctx, func(ctx context.Context) error { return l.Acquire(ctx, 2) })
+		sched.Yield(ctx)
+		assert.Equal(t, 1, vc.Pending(), "one waiter: one timer")
+		require.NoError(t, sched.Sleep(ctx, 150*time.Millisecond)) // one token accrued, collected by the waiter
+		assert.False(t, l.TryAcquire(1), "no barging past the waiter")
+		require.NoError(t, f.Wait(ctx))
+		assert.Equal(t, 200*time.Millisecond, since(ctx))
+		assert.Equal(t, 0, vc.Pending(), "served: no timer left")
+		require.NoError(t, sched.Sleep(ctx, time.Hour))
+		assert.Equal(t, 2.0, l.Tokens(), "refilled lazily to burst, nothing beyond")
+		return nil
+	}, sched.WithVirtualClock(vc))
+	require.NoError(t, err)
+}
