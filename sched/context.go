@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,8 +26,9 @@ type loopCtx struct {
 	deadline time.Time // zero when this context has none of its own
 	done     chan struct{}
 
+	errp atomic.Pointer[error] // set once, under mu; read without it
+
 	mu         sync.Mutex
-	err        error
 	cause      error
 	funcs      map[uint64]func() // AfterFunc callbacks, run once on cancel
 	nextFunc   uint64
@@ -63,9 +65,6 @@ func (c *loopCtx) propagate() {
 	c.stopParent = context.AfterFunc(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
 }
 
-// pending reports whether c is still waiting for its cancellation to arrive.
-func (c *loopCtx) pending() bool { return c.Err() == nil }
-
 // nearestLoopCtx returns ctx's nearest loop context when ctx is done exactly
 // when that context is (ctx is the loop context itself or a value wrapper).
 func nearestLoopCtx(ctx context.Context) *loopCtx {
@@ -89,9 +88,10 @@ func (c *loopCtx) Deadline() (time.Time, bool) {
 func (c *loopCtx) Done() <-chan struct{} { return c.done }
 
 func (c *loopCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	if p := c.errp.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (c *loopCtx) causeOrErr() error {
@@ -100,7 +100,7 @@ func (c *loopCtx) causeOrErr() error {
 	if c.cause != nil {
 		return c.cause
 	}
-	return c.err
+	return c.Err()
 }
 
 func (c *loopCtx) Value(key any) any {
@@ -118,7 +118,7 @@ func (c *loopCtx) String() string { return "sched.loopContext" }
 // context.AfterFunc and the standard derived contexts use.
 func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
-	if c.err != nil {
+	if c.Err() != nil {
 		c.mu.Unlock()
 		f()
 		return func() bool { return false }
@@ -144,7 +144,7 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 func (c *loopCtx) addWaiter(w *Waiter) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.err != nil {
+	if c.Err() != nil {
 		return false
 	}
 	c.waiters.push(w)
@@ -170,11 +170,12 @@ func (c *loopCtx) cancel(err, cause error) {
 		cause = err
 	}
 	c.mu.Lock()
-	if c.err != nil {
+	if c.Err() != nil {
 		c.mu.Unlock()
 		return
 	}
-	c.err, c.cause = err, cause
+	c.errp.Store(&err)
+	c.cause = cause
 	close(c.done)
 	// Snapshot the waiters with the generation they waited in: a waiter
 	// woken and reused meanwhile must not be cancelled in its new wait.
@@ -195,7 +196,8 @@ func (c *loopCtx) cancel(err, cause error) {
 	}
 	if stopParent != nil {
 		stopParent()
-		c.l.unwatch(c)
+		// Still watched until the wakes below are queued.
+		defer c.l.unwatch(c)
 	}
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)
@@ -244,7 +246,7 @@ func WithDeadline(ctx context.Context, t time.Time) (context.Context, context.Ca
 	}
 	timer := l.clock.AfterFunc(d, func() { c.cancel(context.DeadlineExceeded, nil) })
 	c.mu.Lock()
-	if c.err == nil {
+	if c.Err() == nil {
 		c.timer = timer
 		timer = nil
 	}

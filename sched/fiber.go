@@ -19,9 +19,8 @@ type Fiber struct {
 	fn     func(context.Context) error
 
 	// Loop-thread state.
-	next     func() (struct{}, bool)
-	stop     func()
-	yield    func(struct{}) bool
+	w        *worker // the coroutine running it, from its first resume
+	finished bool    // fn has returned (or panicked, or was stopped)
 	parkedOn *Waiter // the wait it is parked in, nil if runnable or running
 	site     string  // where it parked, filled in only for a DeadlockError
 	panicVal any
@@ -72,9 +71,40 @@ func spawn(ctx context.Context, fn func(context.Context) error, daemon bool, wha
 	return l.spawn(ctx, fn, daemon)
 }
 
-// body is the coroutine of the fiber.
-func (f *Fiber) body(yield func(struct{}) bool) {
-	f.yield = yield
+// A worker is a coroutine that runs fibers one after another: a fiber that
+// ends hands its coroutine back to the loop's pool, so starting a fiber
+// usually creates no goroutine.
+type worker struct {
+	next  func() (struct{}, bool)
+	stop  func()
+	yield func(struct{}) bool
+	f     *Fiber // the fiber it runs now
+}
+
+func newWorker() *worker {
+	w := &worker{}
+	w.next, w.stop = iter.Pull(w.body)
+	return w
+}
+
+// body is the coroutine: run the assigned fiber, report it finished by
+// yielding, and run the next one assigned when resumed.
+func (w *worker) body(yield func(struct{}) bool) {
+	w.yield = yield
+	for {
+		f := w.f
+		f.run()
+		f.finished = true
+		if !yield(struct{}{}) {
+			return
+		}
+	}
+}
+
+// run calls the fiber's function, turning a panic into the fiber's record.
+// runtime.Goexit is not caught: it ends the coroutine and, through it, the
+// goroutine of Run (what t.Fatal inside a fiber must do).
+func (f *Fiber) run() {
 	defer func() {
 		if r := recover(); r != nil {
 			if r == errKilled {
@@ -91,10 +121,6 @@ func (f *Fiber) setErr(err error) {
 	f.mu.Lock()
 	f.err = err
 	f.mu.Unlock()
-}
-
-func (f *Fiber) start() {
-	f.next, f.stop = iter.Pull(f.body)
 }
 
 // funcName names the fiber's function, for panic reports.

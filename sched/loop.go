@@ -34,6 +34,7 @@ type loop struct {
 	probing          bool  // parked fibers are being resumed to report their site
 	failure          error // a panic or deadlock that ends the run
 	failed           []*Fiber
+	idle             []*worker // coroutines free for the next fiber
 	ended            atomic.Bool
 
 	mu       sync.Mutex // guards the fields below, shared with other goroutines
@@ -77,7 +78,6 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	}
 	l.nextID++
 	f := &Fiber{l: l, id: l.nextID, daemon: daemon, ctx: ctx, fn: fn}
-	f.start()
 	f.nextLive = l.liveHead
 	if l.liveHead != nil {
 		l.liveHead.prev = f
@@ -115,7 +115,7 @@ func (l *loop) signal() {
 func (l *loop) park(f *Fiber, w *Waiter) {
 	f.parkedOn = w
 	for {
-		if !f.yield(struct{}{}) {
+		if !f.w.yield(struct{}{}) {
 			panic(errKilled)
 		}
 		if !l.probing {
@@ -128,8 +128,9 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 
 // A watchee waits for the cancellation of a standard context, which the
 // standard library delivers from a goroutine of its own: a Waiter parked on
-// such a context, or a loop context whose parent is one.
-type watchee interface{ pending() bool }
+// such a context, or a loop context whose parent is one. It stays watched
+// until the wakes that cancellation causes are in the inbox.
+type watchee any
 
 // watch records w as waiting on ctx; see outsidePending.
 func (l *loop) watch(w watchee, ctx context.Context) {
@@ -157,9 +158,9 @@ func (l *loop) outsidePending() bool {
 	if l.blocking > 0 || len(l.inbox) > 0 {
 		return true
 	}
-	for w, ctx := range l.watched {
-		if ctx.Err() != nil && w.pending() {
-			return true
+	for _, ctx := range l.watched {
+		if ctx.Err() != nil {
+			return true // its wakes are on their way
 		}
 	}
 	return false
@@ -198,11 +199,32 @@ func (l *loop) sleep() {
 	l.mu.Unlock()
 }
 
+// maxIdleWorkers bounds the coroutines kept for reuse: enough for bursts of
+// short fibers, without holding thousands of stacks after a large fan-out.
+const maxIdleWorkers = 256
+
 func (l *loop) resume(f *Fiber) {
+	if f.w == nil {
+		if n := len(l.idle); n > 0 {
+			f.w = l.idle[n-1]
+			l.idle = l.idle[:n-1]
+		} else {
+			f.w = newWorker()
+		}
+		f.w.f = f
+	}
 	l.current = f
-	_, ok := f.next()
+	_, ok := f.w.next()
 	l.current = nil
-	if !ok {
+	if !ok || f.finished {
+		w := f.w
+		f.w = nil
+		w.f = nil
+		if ok && len(l.idle) < maxIdleWorkers {
+			l.idle = append(l.idle, w)
+		} else if ok {
+			w.stop()
+		}
 		l.end(f)
 	}
 }
@@ -296,8 +318,11 @@ func (l *loop) deadlock() *DeadlockError {
 	sort.Slice(parked, func(i, j int) bool { return parked[i].id < parked[j].id })
 	l.probing = true
 	for _, f := range parked {
+		if f.w == nil {
+			continue // runnable but never started: cannot be, when idle
+		}
 		l.current = f
-		f.next()
+		f.w.next()
 		l.current = nil
 	}
 	l.probing = false
@@ -322,13 +347,18 @@ func (l *loop) shutdown(root *loopCtx) {
 	root.cancel(context.Canceled, nil)
 	for l.liveHead != nil {
 		f := l.liveHead
-		l.current = f
-		f.stop()
-		l.current = nil
-		if l.liveHead == f { // stop ran it to its end
-			l.end(f)
+		if w := f.w; w != nil {
+			l.current = f
+			w.stop() // a parked fiber unwinds from park with errKilled
+			l.current = nil
+			f.w = nil
 		}
+		l.end(f)
 	}
+	for _, w := range l.idle {
+		w.stop()
+	}
+	l.idle = nil
 	for f := l.runq.pop(); f != nil; f = l.runq.pop() {
 	}
 }

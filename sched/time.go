@@ -33,11 +33,14 @@ func Yield(ctx context.Context) {
 	l.park(f, nil)
 }
 
-// A sleeper is a pooled Waiter with its wake callback bound once, so a
-// Sleep allocates nothing but its timer.
+// A sleeper is a pooled Waiter with its wake callback bound once and its
+// timer kept for the next Sleep on the same clock, so a Sleep allocates
+// nothing in the steady state.
 type sleeper struct {
-	w    Waiter
-	wake func()
+	w     Waiter
+	wake  func()
+	clock Clock
+	timer Timer
 }
 
 var sleepers = sync.Pool{New: func() any {
@@ -75,9 +78,13 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 	s := sleepers.Get().(*sleeper)
 	s.w.Prepare(ctx)
-	t := l.clock.AfterFunc(d, s.wake)
+	if s.clock == l.clock && s.timer != nil {
+		s.timer.Reset(d)
+	} else {
+		s.clock, s.timer = l.clock, l.clock.AfterFunc(d, s.wake)
+	}
 	err := s.w.Wait(ctx)
-	if err != nil && !t.Stop() {
+	if err != nil && !s.timer.Stop() {
 		// The timer is firing on another goroutine and will call Wake on
 		// this Waiter: never reuse it.
 		return err

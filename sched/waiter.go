@@ -86,9 +86,6 @@ func (w *Waiter) Prepare(ctx context.Context) {
 
 func (w *Waiter) gen() uint64 { return w.state.Load() &^ stateMask }
 
-// pending reports whether the wait has neither been woken nor cancelled.
-func (w *Waiter) pending() bool { return w.state.Load()&stateMask == statePending }
-
 // Wake ends the wait with success. It reports whether it did; false means the
 // wait had been cancelled (or already woken) and the caller keeps whatever it
 // meant to grant. Safe to call from any goroutine.

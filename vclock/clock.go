@@ -21,10 +21,12 @@ var Epoch = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 // A Clock is a virtual clock. It is safe for concurrent use; its zero value
 // is not usable, call New.
 type Clock struct {
+	base time.Time // the start; readings are base plus an offset
+
 	mu     sync.Mutex
-	now    time.Time
-	seq    uint64    // creation order of timers, the tie-breaker for equal deadlines
-	timers timerHeap // armed timers, earliest (deadline, seq) first
+	now    time.Duration // offset of the current time from base
+	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
+	timers timerHeap     // armed timers, earliest (deadline, seq) first
 }
 
 // New returns a clock reading start. A zero start means Epoch.
@@ -32,14 +34,17 @@ func New(start time.Time) *Clock {
 	if start.IsZero() {
 		start = Epoch
 	}
-	return &Clock{now: start}
+	return &Clock{base: start}
 }
+
+// offset converts t to an offset from c.base (saturating far in the future).
+func (c *Clock) offset(t time.Time) time.Duration { return t.Sub(c.base) }
 
 // Now returns the clock's current time.
 func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
+	return c.base.Add(c.now)
 }
 
 // Since returns the time elapsed since t on this clock.
@@ -68,7 +73,10 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
-	t.when = c.now.Add(d)
+	t.when = c.now + d
+	if t.when < c.now { // overflow: never, in practice
+		t.when = 1<<63 - 1
+	}
 	c.seq++
 	t.seq = c.seq
 	heap.Push(&c.timers, t)
@@ -84,7 +92,7 @@ func (c *Clock) Advance(d time.Duration) {
 		panic(fmt.Sprintf("vclock: Advance by negative duration %v", d))
 	}
 	c.mu.Lock()
-	target := c.now.Add(d)
+	target := c.now + d
 	c.mu.Unlock()
 	c.advanceTo(target)
 }
@@ -92,19 +100,21 @@ func (c *Clock) Advance(d time.Duration) {
 // AdvanceTo moves the clock forward to t as Advance does. A t at or before
 // Now fires only the timers already due and leaves the time unchanged: time
 // never goes backwards.
-func (c *Clock) AdvanceTo(t time.Time) { c.advanceTo(t) }
+func (c *Clock) AdvanceTo(t time.Time) { c.advanceTo(c.offset(t)) }
 
 // FireNext fires the single earliest timer if its deadline is at or before
 // limit, moving the clock to that deadline first. It reports whether a timer
 // fired. Run loops use it to interleave timers with the fibers they wake.
-func (c *Clock) FireNext(limit time.Time) bool {
+func (c *Clock) FireNext(limit time.Time) bool { return c.fireNext(c.offset(limit)) }
+
+func (c *Clock) fireNext(limit time.Duration) bool {
 	c.mu.Lock()
-	if len(c.timers) == 0 || c.timers[0].when.After(limit) {
+	if len(c.timers) == 0 || c.timers[0].when > limit {
 		c.mu.Unlock()
 		return false
 	}
 	t := heap.Pop(&c.timers).(*Timer)
-	if t.when.After(c.now) {
+	if t.when > c.now {
 		c.now = t.when
 	}
 	f := t.f
@@ -113,11 +123,11 @@ func (c *Clock) FireNext(limit time.Time) bool {
 	return true
 }
 
-func (c *Clock) advanceTo(target time.Time) {
-	for c.FireNext(target) {
+func (c *Clock) advanceTo(target time.Duration) {
+	for c.fireNext(target) {
 	}
 	c.mu.Lock()
-	if target.After(c.now) {
+	if target > c.now {
 		c.now = target
 	}
 	c.mu.Unlock()
@@ -130,7 +140,7 @@ func (c *Clock) Next() (time.Time, bool) {
 	if len(c.timers) == 0 {
 		return time.Time{}, false
 	}
-	return c.timers[0].when, true
+	return c.base.Add(c.timers[0].when), true
 }
 
 // Pending returns the number of armed timers.

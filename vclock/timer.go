@@ -10,7 +10,7 @@ import (
 type Timer struct {
 	c     *Clock
 	f     func()
-	when  time.Time
+	when  time.Duration // deadline as an offset from c.base
 	seq   uint64
 	index int // position in c.timers, -1 when not armed; guarded by c.mu
 }
@@ -45,7 +45,7 @@ func (t *Timer) Reset(d time.Duration) bool {
 func (t *Timer) When() time.Time {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	return t.when
+	return t.c.base.Add(t.when)
 }
 
 // timerHeap orders timers by (deadline, creation sequence).
@@ -53,8 +53,8 @@ type timerHeap []*Timer
 
 func (h timerHeap) Len() int { return len(h) }
 func (h timerHeap) Less(i, j int) bool {
-	if !h[i].when.Equal(h[j].when) {
-		return h[i].when.Before(h[j].when)
+	if h[i].when != h[j].when {
+		return h[i].when < h[j].when
 	}
 	return h[i].seq < h[j].seq
 }

@@ -1,0 +1,143 @@
+package sched_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-go/sluice/sched"
+)
+
+// BenchmarkYieldRoundTrip: two fibers take turns; one op is one Yield by
+// each (a round trip through the loop). Baseline: BenchmarkGoschedHandoff.
+func BenchmarkYieldRoundTrip(b *testing.B) {
+	b.ReportAllocs()
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		sched.Go(ctx, func(ctx context.Context) error {
+			for i := 0; i < b.N; i++ {
+				sched.Yield(ctx)
+			}
+			return nil
+		})
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			sched.Yield(ctx)
+		}
+		b.StopTimer()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkGoschedHandoff: two goroutines on one P, each calling
+// runtime.Gosched, so each Gosched hands the processor to the other: the
+// same hand-off a Yield round trip makes.
+func BenchmarkGoschedHandoff(b *testing.B) {
+	b.ReportAllocs()
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < b.N; i++ {
+			runtime.Gosched()
+		}
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runtime.Gosched()
+	}
+	wg.Wait()
+}
+
+// BenchmarkSpawn: start one fiber and wait for it to end.
+func BenchmarkSpawn(b *testing.B) {
+	b.ReportAllocs()
+	nop := func(context.Context) error { return nil }
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := sched.Go(ctx, nop).Wait(ctx); err != nil {
+				return err
+			}
+		}
+		b.StopTimer()
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkParkWake: two fibers ping-pong through Waiters; one op is one
+// park and one wake.
+func BenchmarkParkWake(b *testing.B) {
+	b.ReportAllocs()
+	var ping, pong sched.Waiter
+	ping.Reason, pong.Reason = "ping", "pong"
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		pong.Prepare(ctx) // armed for the other fiber below, before it can wake it
+		sched.Go(ctx, func(ctx context.Context) error {
+			for i := 0; i < b.N; i++ {
+				if i > 0 {
+					pong.Wake()
+				}
+				ping.Prepare(ctx)
+				if i == 0 {
+					pong.Wake()
+				}
+				if err := ping.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			pong.Wake()
+			return nil
+		})
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if err := pong.Wait(ctx); err != nil {
+				return err
+			}
+			pong.Prepare(ctx)
+			ping.Wake()
+		}
+		return pong.Wait(ctx)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkVirtualTimers: 100k fibers each sleep their own virtual
+// duration, ten times over, so a million timers fire, each waking its fiber
+// at its exact deadline. Reports timer events per second of wall time,
+// including the start and end of every fiber.
+func BenchmarkVirtualTimers(b *testing.B) {
+	b.ReportAllocs()
+	const fibers, sleeps = 100_000, 10
+	for i := 0; i < b.N; i++ {
+		err := sched.Run(context.Background(), func(ctx context.Context) error {
+			for j := 0; j < fibers; j++ {
+				d := time.Duration(fibers-j) * time.Microsecond
+				sched.Go(ctx, func(ctx context.Context) error {
+					for k := 0; k < sleeps; k++ {
+						if err := sched.Sleep(ctx, d); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			return nil
+		}, sched.Virtual(time.Time{}))
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(fibers*sleeps*b.N)/b.Elapsed().Seconds(), "events/s")
+}
