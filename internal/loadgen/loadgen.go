@@ -33,7 +33,8 @@ type Result struct {
 	Sent, Errors int
 	Status       map[int]int
 	Elapsed      time.Duration
-	latencies    []time.Duration
+	latencies    []time.Duration // from each request's scheduled time
+	service      []time.Duration // from the moment it was written
 }
 
 // Throughput is completed requests per second.
@@ -48,10 +49,22 @@ func (r *Result) Quantile(q float64) time.Duration {
 	return r.latencies[min(max(i, 0), len(r.latencies)-1)]
 }
 
+// ServiceQuantile is Quantile measured from when each request was written
+// rather than scheduled: it leaves out the generator's own lateness.
+func (r *Result) ServiceQuantile(q float64) time.Duration {
+	if len(r.service) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(r.service))+0.5) - 1
+	return r.service[min(max(i, 0), len(r.service)-1)]
+}
+
 func (r *Result) String() string {
-	return fmt.Sprintf("%d requests in %.2fs = %.0f req/s, errors %d, status %v, latency p50=%v p90=%v p99=%v p99.9=%v max=%v",
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/1e3) }
+	return fmt.Sprintf("%d requests in %.2fs = %.0f req/s, errors %d, status %v; latency from schedule p50=%s p90=%s p99=%s p99.9=%s max=%s; from send p50=%s p99=%s",
 		r.Sent, r.Elapsed.Seconds(), r.Throughput(), r.Errors, r.Status,
-		r.Quantile(0.5), r.Quantile(0.9), r.Quantile(0.99), r.Quantile(0.999), r.Quantile(1))
+		us(r.Quantile(0.5)), us(r.Quantile(0.9)), us(r.Quantile(0.99)), us(r.Quantile(0.999)), us(r.Quantile(1)),
+		us(r.ServiceQuantile(0.5)), us(r.ServiceQuantile(0.99)))
 }
 
 // Run performs the run and returns its result.
@@ -62,7 +75,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	type part struct {
 		sent, errors int
 		status       map[int]int
-		lat          []time.Duration
+		lat, svc     []time.Duration
 	}
 	parts := make([]part, c.Conns)
 	conns := make([]*conn, c.Conns)
@@ -100,6 +113,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 					}
 				}
 				p.sent++
+				sent := time.Now()
 				status, err := cn.get(c.Path(i))
 				if err != nil {
 					p.errors++
@@ -109,7 +123,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 					conns[w] = cn
 					continue
 				}
-				p.lat = append(p.lat, time.Since(due))
+				now := time.Now()
+				p.lat = append(p.lat, now.Sub(due))
+				p.svc = append(p.svc, now.Sub(sent))
 				p.status[status]++
 			}
 		})
@@ -126,8 +142,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			r.Status[k] += v
 		}
 		r.latencies = append(r.latencies, p.lat...)
+		r.service = append(r.service, p.svc...)
 	}
 	slices.Sort(r.latencies)
+	slices.Sort(r.service)
 	return r, nil
 }
 
