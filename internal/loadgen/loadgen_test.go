@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,29 @@ import (
 	"github.com/sluice-go/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("SLUICE_LOADGEN_BASELINE") == "1" {
+		baselineServer()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// baselineServer is the baseline the service is measured against: a bare
+// net/http server answering every request with a fixed small JSON body, run
+// as a child process exactly like `sluice serve`.
+func baselineServer() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Fprintf(os.Stderr, "msg=listening addr=%s\n", ln.Addr())
+	body := []byte(`{"allowed":true,"remaining":9,"limit":10,"rate":10}` + "\n")
+	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}))
+}
 
 func TestFixedRate(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,9 +84,23 @@ func TestServiceLoad(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("SLUICE_LOADTEST_DURATION")); err == nil {
 		dur = d
 	}
-	t.Logf("machine: GOMAXPROCS=%d NumCPU=%d %s/%s %s", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	type target struct{ name, store string }
+	targets := []target{{"baseline", ""}}
 	for _, st := range stores {
-		cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-store", st, "-rate", "1000", "-burst", "1000")
+		targets = append(targets, target{strings.SplitN(st, ":", 2)[0], st})
+	}
+	if only := os.Getenv("SLUICE_LOADTEST_ONLY"); only != "" {
+		targets = slices.DeleteFunc(targets, func(t target) bool { return !strings.Contains(only, t.name) })
+	}
+	t.Logf("machine: GOMAXPROCS=%d NumCPU=%d %s/%s %s", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	for _, tg := range targets {
+		cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-store", tg.store, "-rate", "1000", "-burst", "1000")
+		if tg.store == "" {
+			self, err := os.Executable()
+			require.NoError(t, err)
+			cmd = exec.Command(self)
+			cmd.Env = append(os.Environ(), "SLUICE_LOADGEN_BASELINE=1")
+		}
 		stderr, err := cmd.StderrPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
@@ -80,7 +118,7 @@ func TestServiceLoad(t *testing.T) {
 		}()
 		require.NotEmpty(t, addr)
 		path := func(i int) string { return fmt.Sprintf("/allow?key=k%d", i%1000) }
-		name := strings.SplitN(st, ":", 2)[0]
+		name := tg.name
 		// Warm up connections and the store's tables/scripts.
 		_, err = loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 2000, Duration: time.Second})
 		require.NoError(t, err)
