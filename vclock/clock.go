@@ -9,7 +9,6 @@
 package vclock
 
 import (
-	"container/heap"
 	"fmt"
 	"sync"
 	"time"
@@ -26,7 +25,8 @@ type Clock struct {
 	mu     sync.Mutex
 	now    time.Duration // offset of the current time from base
 	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
-	timers timerHeap     // armed timers, earliest (deadline, seq) first
+	timers timerHeap     // entries, earliest (deadline, seq) first
+	live   int           // armed timers; the rest of the entries are stale
 }
 
 // New returns a clock reading start. A zero start means Epoch.
@@ -61,7 +61,7 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) *Timer {
 	if f == nil {
 		panic("vclock: AfterFunc with nil func")
 	}
-	t := &Timer{c: c, f: f, index: -1}
+	t := &Timer{c: c, f: f}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.arm(t, d)
@@ -74,12 +74,43 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 		d = 0
 	}
 	t.when = c.now + d
-	if t.when < c.now { // overflow: never, in practice
+	if t.when < c.now { // overflow: beyond any reachable time
 		t.when = 1<<63 - 1
 	}
 	c.seq++
-	t.seq = c.seq
-	heap.Push(&c.timers, t)
+	t.seq, t.armed = c.seq, true
+	c.live++
+	c.timers.push(entry{when: t.when, seq: t.seq, t: t})
+}
+
+// disarm marks t stopped, leaving its entry stale. c.mu is held.
+func (c *Clock) disarm(t *Timer) {
+	t.armed = false
+	c.live--
+	if stale := len(c.timers) - c.live; stale > 64 && stale > c.live {
+		// Sweep, so that many stopped timers (cancelled timeouts) cannot
+		// grow the heap without bound.
+		kept := c.timers[:0]
+		for _, e := range c.timers {
+			if e.live() {
+				kept = append(kept, e)
+			}
+		}
+		clear(c.timers[len(kept):])
+		c.timers = kept
+		c.timers.heapify()
+	}
+}
+
+// top returns the earliest live entry, dropping stale ones. c.mu is held.
+func (c *Clock) top() (entry, bool) {
+	for len(c.timers) > 0 {
+		if e := c.timers[0]; e.live() {
+			return e, true
+		}
+		c.timers.pop()
+	}
+	return entry{}, false
 }
 
 // Advance moves the clock forward by d, firing every timer whose deadline is
@@ -109,11 +140,15 @@ func (c *Clock) FireNext(limit time.Time) bool { return c.fireNext(c.offset(limi
 
 func (c *Clock) fireNext(limit time.Duration) bool {
 	c.mu.Lock()
-	if len(c.timers) == 0 || c.timers[0].when > limit {
+	e, ok := c.top()
+	if !ok || e.when > limit {
 		c.mu.Unlock()
 		return false
 	}
-	t := heap.Pop(&c.timers).(*Timer)
+	c.timers.pop()
+	t := e.t
+	t.armed = false
+	c.live--
 	if t.when > c.now {
 		c.now = t.when
 	}
@@ -137,17 +172,18 @@ func (c *Clock) advanceTo(target time.Duration) {
 func (c *Clock) Next() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.timers) == 0 {
+	e, ok := c.top()
+	if !ok {
 		return time.Time{}, false
 	}
-	return c.base.Add(c.timers[0].when), true
+	return c.base.Add(e.when), true
 }
 
 // Pending returns the number of armed timers.
 func (c *Clock) Pending() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.timers)
+	return c.live
 }
 
 // String reports the clock's time, for logs and test failures.

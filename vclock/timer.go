@@ -1,18 +1,17 @@
 package vclock
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // A Timer is a callback armed on a Clock by AfterFunc. Its methods are safe
 // for concurrent use, including from inside any timer's callback.
 type Timer struct {
-	c     *Clock
-	f     func()
+	c *Clock
+	f func()
+
+	// Guarded by c.mu.
 	when  time.Duration // deadline as an offset from c.base
-	seq   uint64
-	index int // position in c.timers, -1 when not armed; guarded by c.mu
+	seq   uint64        // the sequence number of its live heap entry
+	armed bool
 }
 
 // Stop disarms the timer. It reports whether it stopped the timer, false if
@@ -20,10 +19,10 @@ type Timer struct {
 func (t *Timer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	if t.index < 0 {
+	if !t.armed {
 		return false
 	}
-	heap.Remove(&t.c.timers, t.index)
+	t.c.disarm(t)
 	return true
 }
 
@@ -33,9 +32,9 @@ func (t *Timer) Stop() bool {
 func (t *Timer) Reset(d time.Duration) bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
-	armed := t.index >= 0
+	armed := t.armed
 	if armed {
-		heap.Remove(&t.c.timers, t.index)
+		t.c.disarm(t)
 	}
 	t.c.arm(t, d)
 	return armed
@@ -48,32 +47,76 @@ func (t *Timer) When() time.Time {
 	return t.c.base.Add(t.when)
 }
 
-// timerHeap orders timers by (deadline, creation sequence).
-type timerHeap []*Timer
+// An entry is one arming of a timer in the heap. Deadline and sequence sit
+// in the entry itself, so ordering never chases a pointer; a stopped or
+// re-armed timer leaves its old entry behind as stale (t.seq moved on or
+// t.armed is false), skipped when it reaches the top and swept out when
+// stale entries outnumber live ones.
+type entry struct {
+	when time.Duration
+	seq  uint64
+	t    *Timer
+}
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].when != h[j].when {
-		return h[i].when < h[j].when
+func (e entry) live() bool { return e.t.armed && e.t.seq == e.seq }
+
+func (e entry) before(o entry) bool {
+	if e.when != o.when {
+		return e.when < o.when
 	}
-	return h[i].seq < h[j].seq
+	return e.seq < o.seq
 }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
+
+// timerHeap is a binary min-heap of entries by (deadline, sequence).
+type timerHeap []entry
+
+func (h *timerHeap) push(e entry) {
+	*h = append(*h, e)
+	s := *h
+	i := len(s) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !s[i].before(s[p]) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
 }
-func (h *timerHeap) Push(x any) {
-	t := x.(*Timer)
-	t.index = len(*h)
-	*h = append(*h, t)
+
+func (h *timerHeap) pop() entry {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = entry{}
+	s = s[:n]
+	*h = s
+	s.down(0)
+	return top
 }
-func (h *timerHeap) Pop() any {
-	old := *h
-	n := len(old)
-	t := old[n-1]
-	old[n-1] = nil
-	t.index = -1
-	*h = old[:n-1]
-	return t
+
+func (s timerHeap) down(i int) {
+	n := len(s)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s[r].before(s[l]) {
+			m = r
+		}
+		if !s[m].before(s[i]) {
+			return
+		}
+		s[i], s[m] = s[m], s[i]
+		i = m
+	}
+}
+
+func (s timerHeap) heapify() {
+	for i := len(s)/2 - 1; i >= 0; i-- {
+		s.down(i)
+	}
 }
