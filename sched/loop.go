@@ -87,6 +87,7 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	if !daemon {
 		l.nonDaemon++
 	}
+	l.drain() // fibers woken earlier run first: FIFO
 	l.runq.push(f)
 	return f
 }

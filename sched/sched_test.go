@@ -587,3 +587,25 @@ func TestWakeVersusCancelNeverLosesAGrant(t *testing.T) {
 	assert.Equal(t, granted.Load(), received.Load(), "every successful Wake was received")
 	assert.Equal(t, int64(2*rounds), received.Load()+refunded.Load(), "every wait ended exactly once")
 }
+
+// A fiber woken from the loop runs before the waker that yields after it,
+// and before a fiber started after the wake: runnable fibers run FIFO.
+func TestWakesKeepFIFOOrderWithYieldAndGo(t *testing.T) {
+	var tr trace
+	require.NoError(t, runV(func(ctx context.Context) error {
+		w := &sched.Waiter{Reason: "test"}
+		d := sched.Go(ctx, func(ctx context.Context) error {
+			w.Prepare(ctx)
+			err := w.Wait(ctx)
+			tr.add(ctx, "woken")
+			return err
+		})
+		sched.Yield(ctx) // d parks
+		require.True(t, w.Wake())
+		sched.Go(ctx, func(ctx context.Context) error { tr.add(ctx, "started later"); return nil })
+		sched.Yield(ctx)
+		tr.add(ctx, "waker again")
+		return d.Wait(ctx)
+	}))
+	assert.Equal(t, []string{"0s woken", "0s started later", "0s waker again"}, tr.get())
+}

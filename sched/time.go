@@ -29,6 +29,7 @@ func Yield(ctx context.Context) {
 	if f == nil {
 		panic("sched: Yield with a loop's context outside the loop's fibers")
 	}
+	l.drain() // fibers woken earlier run first: FIFO
 	l.runq.push(f)
 	l.park(f, nil)
 }

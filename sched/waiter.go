@@ -133,7 +133,10 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	}
 	gen := w.gen()
 	done := ctx.Done()
-	var stop func() bool
+	var (
+		stop func() bool // unregisters from a standard context
+		reg  *loopCtx    // the loop context w registered with
+	)
 	if done != nil {
 		if ctx.Err() != nil {
 			if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
@@ -144,7 +147,9 @@ func (w *Waiter) Wait(ctx context.Context) error {
 			}
 			// Woken first: the wake has queued us; take that turn below.
 		} else if c := nearestLoopCtx(ctx); c != nil {
-			if !c.addWaiter(w) {
+			if c.addWaiter(w) {
+				reg = c
+			} else {
 				w.cancelGen(gen) // ended just now
 			}
 		} else {
@@ -159,8 +164,10 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	if stop != nil {
 		stop()
 		w.l.unwatch(w)
-	} else if c := w.ctx; c != nil {
-		c.removeWaiter(w)
+	} else if reg != nil {
+		// Not w.ctx: a cancel on another goroutine may be clearing it;
+		// removeWaiter checks it under the context's lock.
+		reg.removeWaiter(w)
 	}
 	if w.state.Load()&stateMask == stateWoken {
 		return nil
