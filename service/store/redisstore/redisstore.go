@@ -56,13 +56,15 @@ func Open(url string) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	opt.MaxRetries = -1
-	if opt.DialTimeout == 0 || opt.DialTimeout == 5*time.Second { // go-redis's default
+	// Why shorter than go-redis's defaults (5 s dial, 3 s I/O): a limiter
+	// on the request path must answer or fail fast.
+	if opt.DialTimeout == 0 {
 		opt.DialTimeout = DefaultDialTimeout
 	}
-	if opt.ReadTimeout == 0 || opt.ReadTimeout == 3*time.Second {
+	if opt.ReadTimeout == 0 {
 		opt.ReadTimeout = DefaultIOTimeout
 	}
-	if opt.WriteTimeout == 0 || opt.WriteTimeout == 3*time.Second {
+	if opt.WriteTimeout == 0 {
 		opt.WriteTimeout = DefaultIOTimeout
 	}
 	// Why: the service passes its per-request deadline in ctx; let it bound
