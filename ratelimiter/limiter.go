@@ -5,8 +5,8 @@
 //
 // The context carries the time domain. Inside a sched.Run loop, Acquire parks
 // the calling fiber and the limiter runs on the loop's clock, so under a
-// virtual clock (sched.Virtual) an hour of limiter behaviour runs in
-// milliseconds with exact, repeatable timestamps. Outside any loop it blocks
+// virtual clock (sched.Virtual) an hour of limiter behaviour runs in a
+// fraction of a second of real time, with exact, repeatable timestamps. Outside any loop it blocks
 // the calling goroutine on real time, or on the clock given with WithClock
 // (a *clock.Mock for tests that drive time by hand).
 //
@@ -141,8 +141,9 @@ func WithClock(c clock.Clock) Option {
 // else the WithClock clock or real time. When ctx ends the limiter stops, as
 // by Stop; a limiter made in a loop therefore stops when its run ends.
 //
-// rate must be a finite number above zero and burst at least 1; otherwise
-// New returns an error naming the bad value.
+// rate must be a finite number of tokens per second in [1e-9, 1e9] (it is
+// kept to a billionth of a token per second) and burst at least 1;
+// otherwise New returns an error naming the bad value.
 func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter, error) {
 	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0 {
 		return nil, fmt.Errorf("ratelimiter: rate %v: must be a finite number of tokens per second above 0", rate)
