@@ -6,9 +6,10 @@
 // The context carries the time domain. Inside a sched.Run loop, Acquire parks
 // the calling fiber and the limiter runs on the loop's clock, so under a
 // virtual clock (sched.Virtual) an hour of limiter behaviour runs in a
-// fraction of a second of real time, with exact, repeatable timestamps. Outside any loop it blocks
-// the calling goroutine on real time, or on the clock given with WithClock
-// (a *clock.Mock for tests that drive time by hand).
+// fraction of a second of real time, with exact, repeatable timestamps.
+// Outside any loop it blocks the calling goroutine on real time, or on the
+// clock given with WithClock (a *clock.Mock for tests that drive time by
+// hand).
 //
 // With the Shared option the tokens come from a sharedbucket.Table, so one
 // limit holds across every process on the host.
