@@ -342,6 +342,7 @@ func TestVirtualHour(t *testing.T) {
 		horizon = time.Hour
 	)
 	var byHour, total int
+	var grants []time.Duration // in grant order, which is time order
 	perFiber := make([]int, fibers)
 	run(t, func(ctx context.Context) error {
 		l := newLimiter(t, ctx, rate, burst)
@@ -353,6 +354,7 @@ func TestVirtualHour(t *testing.T) {
 			all = append(all, sched.Go(hctx, func(ctx context.Context) error {
 				for l.Acquire(ctx, 1) == nil {
 					total++
+					grants = append(grants, since(ctx))
 					if since(ctx) <= horizon {
 						byHour++
 						perFiber[i]++
@@ -370,6 +372,17 @@ func TestVirtualHour(t *testing.T) {
 	assert.Equal(t, 26283, want)
 	assert.Equal(t, want, byHour)
 	assert.Equal(t, int(math.Floor(rate*3601))+burst, total, "one more second at 7.3/s")
+	// The bound over every window [t_i, t_j] of grants i..j:
+	// j−i+1 ≤ burst + rate·(t_j−t_i), i.e. u_j − u_i ≤ burst − 1 with
+	// u_k = k − rate·t_k. One pass with a running minimum checks all pairs.
+	minU, worst := math.Inf(1), math.Inf(-1)
+	for k, at := range grants {
+		u := float64(k) - rate*at.Seconds()
+		minU = min(minU, u)
+		worst = max(worst, u-minU)
+	}
+	t.Logf("tightest window: %.6f of the allowed %d extra", worst, burst-1)
+	assert.LessOrEqual(t, worst, float64(burst-1)+1e-6, "some window admitted more than burst + rate·window")
 	for i, n := range perFiber {
 		// FIFO round-robin: every fiber gets its turn. Fiber 0 took the
 		// whole burst at 0, before the others had started.
