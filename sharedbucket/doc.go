@@ -23,7 +23,26 @@
 // For any interval [s, e] and one key, the costs allowed with decision times
 // in [s, e], summed over every process, never exceed b + (e−s)/T. There is no
 // slack in that bound; the only events that loosen it are the ones counted
-// in [Stats] (Evicted, Contended) and explicit [Table.Reset]/[Table.Forget].
+// in [Stats] (Evicted, Contended), explicit [Table.Reset]/[Table.Forget],
+// and the rare duplicate claim described under Slots.
+//
+// # Slots
+//
+// A table has a power-of-two number of 16-byte slots, {key hash, TAT}. A key
+// lives in the first slot of its 8-slot probe window that holds its hash
+// (SipHash-1-3 under a random key stored in the file, so nobody can choose
+// colliding keys). A lookup scans the whole window before anything is
+// claimed; a new key takes the first empty slot or the first whose bucket is
+// full, with one CAS on the key word; when the whole window is live it
+// evicts the bucket nearest to full, forgiving its debt first, so the victim
+// comes back to a full bucket: more than its share, never less.
+//
+// What one 8-byte CAS cannot make atomic is documented rather than hidden:
+// two processes inserting the same new key at the same instant can both
+// claim a slot (the later one in the window gives its slot back; spends on
+// it in between are forgotten, once), and a spend by a key whose full bucket
+// is being reclaimed at that instant lands on the new owner (at most one
+// in-flight spend per process).
 //
 // # Files
 //

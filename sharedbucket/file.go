@@ -107,13 +107,23 @@ func ensureDir(dir string) error {
 		}
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	if err := unix.Lstat(dir, &st); err != nil {
 		return fmt.Errorf("sharedbucket: stat %s: %w", dir, err)
+	}
+	euid := uint32(os.Geteuid())
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A symbolic link is followed only if we or root made it: in a
+		// shared directory (/dev/shm) anyone could plant one.
+		if st.Uid != euid && st.Uid != 0 {
+			return fmt.Errorf("sharedbucket: %s is a symbolic link owned by uid %d: refused", dir, st.Uid)
+		}
+		if err := unix.Stat(dir, &st); err != nil {
+			return fmt.Errorf("sharedbucket: stat %s: %w", dir, err)
+		}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return fmt.Errorf("sharedbucket: %s is not a directory", dir)
 	}
-	euid := uint32(os.Geteuid())
 	if st.Uid != euid && st.Uid != 0 {
 		return fmt.Errorf("sharedbucket: directory %s is owned by uid %d, not %d: refused", dir, st.Uid, euid)
 	}

@@ -204,6 +204,21 @@ func TestRefusals(t *testing.T) {
 	assert.ErrorContains(t, err, "owned by uid 4242")
 	_, err = NewArena(other)
 	assert.ErrorContains(t, err, "owned by uid 4242")
+
+	// A symbolic link to a directory, planted by another user, is refused;
+	// one of our own is followed.
+	mine := filepath.Join(dir, "mine")
+	require.NoError(t, os.Mkdir(mine, 0o700))
+	planted := filepath.Join(dir, "planted")
+	require.NoError(t, os.Symlink(mine, planted))
+	require.NoError(t, os.Lchown(planted, 4242, 4242))
+	_, err = Open(filepath.Join(planted, "x.sbt"), fileP)
+	assert.ErrorContains(t, err, "symbolic link owned by uid 4242")
+	ours := filepath.Join(dir, "ours")
+	require.NoError(t, os.Symlink(mine, ours))
+	tb, err = Open(filepath.Join(ours, "x.sbt"), fileP)
+	require.NoError(t, err)
+	tb.Close()
 }
 
 func TestOpenCreatesDir(t *testing.T) {
