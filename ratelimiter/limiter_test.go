@@ -242,22 +242,23 @@ func TestStopReleasesWaiters(t *testing.T) {
 }
 
 // TestUnstoppedLimiterEndsRun: a limiter nobody stops keeps no run open:
-// Run returns when main does, at the instant of the last grant, and the
-// limiter (made with the run's context) is stopped by the run's end.
+// Run returns as soon as the last fiber got its tokens, with no timer left
+// armed, and the limiter (made with the run's context) is stopped by the
+// run's end.
 func TestUnstoppedLimiterEndsRun(t *testing.T) {
+	vc := vclock.New(time.Time{})
 	var l *ratelimiter.Limiter
-	var end time.Time
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
 		l = newLimiter(t, ctx, 5, 10)
 		for range 3 {
 			sched.Go(ctx, func(ctx context.Context) error { return l.Acquire(ctx, 4) })
 		}
-		end = sched.Now(ctx)
-		return nil
-	}, sched.Virtual(time.Time{}))
+		return nil // no Stop
+	}, sched.WithVirtualClock(vc))
 	require.NoError(t, err)
 	// 12 tokens: 10 at once, 2 more at 5/s, the last at +400ms.
-	assert.Equal(t, vclock.Epoch, end)
+	assert.Equal(t, vclock.Epoch.Add(400*time.Millisecond), vc.Now())
+	assert.Equal(t, 0, vc.Pending(), "no timer left armed")
 	assert.False(t, l.Running(), "the run's end stopped the limiter")
 }
 
