@@ -87,6 +87,13 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Store = st
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if perr := st.Ping(pctx); perr != nil {
+		// Serve anyway: the store may come up later, and until then
+		// requests follow -fail and /healthz reports it.
+		log.Warn("store not reachable yet; serving per -fail", "store", st.Name(), "err", perr)
+	}
+	cancel()
 	err = RunServer(ctx, cfg, o.Addr, log, nil)
 	if cerr := st.Close(); cerr != nil {
 		log.Warn("closing store", "err", cerr)
