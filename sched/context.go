@@ -25,6 +25,10 @@ type loopCtx struct {
 	l        *loop
 	deadline time.Time // zero when this context has none of its own
 	done     chan struct{}
+	// neverDone marks a root whose parent can never be cancelled: Done
+	// returns nil, as for context.Background, so waits on it register
+	// nothing. Its fibers are stopped, not cancelled, when Run ends.
+	neverDone bool
 
 	errp atomic.Pointer[error] // set once, under mu; read without it
 
@@ -85,7 +89,12 @@ func (c *loopCtx) Deadline() (time.Time, bool) {
 	return c.parent.Deadline()
 }
 
-func (c *loopCtx) Done() <-chan struct{} { return c.done }
+func (c *loopCtx) Done() <-chan struct{} {
+	if c.neverDone {
+		return nil
+	}
+	return c.done
+}
 
 func (c *loopCtx) Err() error {
 	if p := c.errp.Load(); p != nil {

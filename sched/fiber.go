@@ -33,7 +33,8 @@ type Fiber struct {
 	ended   bool
 	err     error
 	waited  bool
-	joiners []*Waiter
+	joiners []*joiner
+	joiner1 [1]*joiner // backing store for the first joiner
 }
 
 // ID returns the fiber's number, unique within its loop; main is 1.
@@ -145,28 +146,24 @@ func (f *Fiber) Wait(ctx context.Context) error {
 	if cur := nearestLoop(ctx); cur != nil && cur.current == f {
 		panic("sched: a fiber cannot Wait for itself")
 	}
-	w := &Waiter{Reason: "Fiber.Wait"}
-	w.OnCancel = func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for i, j := range f.joiners {
-			if j == w {
-				f.joiners = append(f.joiners[:i], f.joiners[i+1:]...)
-				break
-			}
-		}
-	}
-	w.Prepare(ctx)
+	j := joiners.Get().(*joiner)
+	j.f = f
+	j.w.Prepare(ctx)
 	f.mu.Lock()
 	if f.ended {
 		f.waited = true
 		err := f.err
 		f.mu.Unlock()
+		j.f = nil
+		joiners.Put(j)
 		return err
 	}
-	f.joiners = append(f.joiners, w)
+	f.joiners = append(f.joiners, j)
 	f.mu.Unlock()
-	if err := w.Wait(ctx); err != nil {
+	err := j.w.Wait(ctx)
+	j.f = nil
+	joiners.Put(j)
+	if err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -175,14 +172,41 @@ func (f *Fiber) Wait(ctx context.Context) error {
 	return f.err
 }
 
+// A joiner is one Fiber.Wait in progress, pooled with its OnCancel bound.
+type joiner struct {
+	w Waiter
+	f *Fiber
+}
+
+var joiners = sync.Pool{New: func() any {
+	j := &joiner{}
+	j.w.Reason = "Fiber.Wait"
+	j.w.OnCancel = j.cancel
+	return j
+}}
+
+// cancel takes the joiner out of its fiber's list when its wait is
+// cancelled.
+func (j *joiner) cancel() {
+	f := j.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, o := range f.joiners {
+		if o == j {
+			f.joiners = append(f.joiners[:i], f.joiners[i+1:]...)
+			return
+		}
+	}
+}
+
 // finish records that f ended and wakes its joiners.
 func (f *Fiber) finish() {
 	f.mu.Lock()
 	f.ended = true
-	joiners := f.joiners
+	js := f.joiners
 	f.joiners = nil
 	f.mu.Unlock()
-	for _, w := range joiners {
-		w.Wake()
+	for _, j := range js {
+		j.w.Wake()
 	}
 }

@@ -78,6 +78,7 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	}
 	l.nextID++
 	f := &Fiber{l: l, id: l.nextID, daemon: daemon, ctx: ctx, fn: fn}
+	f.joiners = f.joiner1[:0] // the usual single joiner needs no allocation
 	f.nextLive = l.liveHead
 	if l.liveHead != nil {
 		l.liveHead.prev = f

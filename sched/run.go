@@ -55,7 +55,8 @@ func WithClock(rc clock.Clock) Option {
 // the goroutine that called Run exits too, after Run has stopped every
 // fiber, just as if the call had been made on that goroutine.
 //
-// Cancelling ctx cancels the context of every fiber. Under a real clock the
+// main receives ctx with the loop added: it is done when ctx is, and the
+// contexts of all fibers derive from it. Cancelling ctx cancels them all. Under a real clock the
 // loop waits for wakes from other goroutines and cannot prove a deadlock.
 func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Option) error {
 	if main == nil {
@@ -67,6 +68,7 @@ func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Opti
 	}
 	l := newLoop(cfg)
 	root := newLoopCtx(ctx, l)
+	root.neverDone = ctx.Done() == nil
 	defer l.shutdown(root)
 	mainFiber := l.spawn(root, main, false)
 	l.run()
