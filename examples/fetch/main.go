@@ -98,11 +98,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := &Report{}
 	var mu sync.Mutex // guards rep: Blocking calls run on goroutines of their own
 	err := sched.Run(ctx, func(ctx context.Context) error {
+		// The timeline starts just before the limiter does, so that every
+		// offset is at least the limiter's own schedule for that fetch.
+		start := sched.Now(ctx)
 		limiter, err := ratelimiter.New(ctx, cfg.Rate, cfg.ClientBurst)
 		if err != nil {
 			return err
 		}
-		start := sched.Now(ctx)
 		var fibers []*sched.Fiber
 		for i := range cfg.Fetches {
 			fibers = append(fibers, sched.Go(ctx, func(ctx context.Context) error {
