@@ -30,9 +30,19 @@ func benchTable(b *testing.B, p Policy, opts ...Option) *Table {
 	return tb
 }
 
+// coarse is the option of the "-coarse" variants: the clock read once per
+// millisecond by a goroutine instead of on every call (WithCoarseClock).
+var coarse = WithCoarseClock(time.Millisecond)
+
+// clockVariants runs f for the default clock and for the coarse clock.
+func clockVariants(b *testing.B, name string, f func(b *testing.B, opts ...Option)) {
+	b.Run("impl="+name, func(b *testing.B) { f(b) })
+	b.Run("impl="+name+"-coarse", func(b *testing.B) { f(b, coarse) })
+}
+
 func BenchmarkSingleKey(b *testing.B) {
-	b.Run("impl=sharedbucket.Bucket", func(b *testing.B) {
-		bk := benchTable(b, neverDeny).Bucket("hot")
+	clockVariants(b, "sharedbucket.Bucket", func(b *testing.B, opts ...Option) {
+		bk := benchTable(b, neverDeny, opts...).Bucket("hot")
 		b.ReportAllocs()
 		n := 0
 		for b.Loop() {
@@ -60,8 +70,8 @@ func BenchmarkSingleKey(b *testing.B) {
 }
 
 func BenchmarkKeyedHot(b *testing.B) {
-	b.Run("impl=sharedbucket.Table", func(b *testing.B) {
-		tb := benchTable(b, neverDeny)
+	clockVariants(b, "sharedbucket.Table", func(b *testing.B, opts ...Option) {
+		tb := benchTable(b, neverDeny, opts...)
 		b.ReportAllocs()
 		n := 0
 		for b.Loop() {
@@ -88,8 +98,8 @@ func benchKeys(n int) []string {
 
 func BenchmarkKeyed100k(b *testing.B) {
 	keys := benchKeys(100_000)
-	b.Run("impl=sharedbucket.Table", func(b *testing.B) {
-		tb := benchTable(b, neverDeny, WithSlots(1<<18))
+	clockVariants(b, "sharedbucket.Table", func(b *testing.B, opts ...Option) {
+		tb := benchTable(b, neverDeny, append(opts, WithSlots(1<<18))...)
 		b.ReportAllocs()
 		n, i := 0, 0
 		for b.Loop() {
@@ -159,8 +169,8 @@ func par2(b *testing.B, body func(id int, pb *testing.PB)) {
 }
 
 func BenchmarkPar2DistinctKeys(b *testing.B) {
-	b.Run("impl=sharedbucket.Bucket", func(b *testing.B) {
-		tb := benchTable(b, neverDeny)
+	clockVariants(b, "sharedbucket.Bucket", func(b *testing.B, opts ...Option) {
+		tb := benchTable(b, neverDeny, opts...)
 		keys := distinctLineKeys(tb, runtime.GOMAXPROCS(0))
 		b.ReportAllocs()
 		var denied atomic.Int64
@@ -201,8 +211,8 @@ func BenchmarkPar2DistinctKeys(b *testing.B) {
 }
 
 func BenchmarkPar2SameKeyDenied(b *testing.B) {
-	b.Run("impl=sharedbucket.Bucket", func(b *testing.B) {
-		tb := benchTable(b, Policy{Limit: 1, Window: time.Hour})
+	clockVariants(b, "sharedbucket.Bucket", func(b *testing.B, opts ...Option) {
+		tb := benchTable(b, Policy{Limit: 1, Window: time.Hour}, opts...)
 		bk := tb.Bucket("drained")
 		if !bk.TryAcquire(1) || bk.TryAcquire(1) {
 			b.Fatal("could not drain")
@@ -238,8 +248,8 @@ func BenchmarkPar2SameKeyDenied(b *testing.B) {
 // one bucket. Its cost is the cache line moving between cores; the metric
 // that matters is fail-opens (Contended), which must stay 0.
 func BenchmarkPar2SameKeyAllowed(b *testing.B) {
-	b.Run("impl=sharedbucket.Bucket", func(b *testing.B) {
-		tb := benchTable(b, neverDeny)
+	clockVariants(b, "sharedbucket.Bucket", func(b *testing.B, opts ...Option) {
+		tb := benchTable(b, neverDeny, opts...)
 		bk := tb.Bucket("hot")
 		b.ReportAllocs()
 		par2(b, func(_ int, pb *testing.PB) {

@@ -56,7 +56,7 @@ func (b *Bucket) TryAcquireAt(n, now int64) bool {
 func (b *Bucket) acquire(n, now int64, live bool) bool {
 	t := b.t
 	if live {
-		now = nanotime()
+		now = t.now()
 	}
 	s := b.s.Load()
 	if s == nil || s.key.Load() != b.h {

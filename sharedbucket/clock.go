@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 	_ "unsafe" // for go:linkname
 )
 
@@ -43,4 +45,40 @@ func bootID() [16]byte {
 	}
 	copy(id[:], b)
 	return id
+}
+
+// coarseClock is a CLOCK_MONOTONIC reading refreshed by a goroutine (see
+// WithCoarseClock). The reading sits alone on its cache line: every check
+// reads it, only the refresher writes it.
+type coarseClock struct {
+	_    [64]byte
+	now  atomic.Int64
+	_    [56]byte
+	quit chan struct{}
+	done chan struct{}
+}
+
+func startCoarseClock(res time.Duration) *coarseClock {
+	c := &coarseClock{quit: make(chan struct{}), done: make(chan struct{})}
+	c.now.Store(nanotime())
+	go func() {
+		defer close(c.done)
+		tk := time.NewTicker(res)
+		defer tk.Stop()
+		for {
+			select {
+			case <-tk.C:
+				c.now.Store(nanotime())
+			case <-c.quit:
+				return
+			}
+		}
+	}()
+	return c
+}
+
+// stop ends the refresher and waits for it.
+func (c *coarseClock) stop() {
+	close(c.quit)
+	<-c.done
 }

@@ -19,17 +19,18 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// row is one P's counters, alone on a 64-byte cache line (128 with the
-// adjacent-line prefetcher in mind would double memory for little gain here).
+// row is one P's counters, alone on a 128-byte pair of cache lines: the
+// adjacent-line prefetcher of x86 cores pulls lines in pairs, so two rows on
+// neighbouring 64-byte lines still slow each other down.
 type row struct {
 	allowed uint64
 	denied  uint64
-	_       [48]byte
+	_       [112]byte
 }
 
 // counters are the process-local allowed/denied counts of one Table.
 type counters struct {
-	_    [64]byte // keep the first row off the line of whatever precedes it
+	_    [128]byte // keep the first row off the lines of whatever precedes it
 	rows []row
 	mask int
 }

@@ -2,6 +2,7 @@ package sharedbucket
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -365,4 +366,32 @@ func TestCloseDenies(t *testing.T) {
 	assert.Equal(t, Never, tb.RetryAfter("k"))
 	assert.Equal(t, 0.0, tb.Remaining("k"))
 	assert.Zero(t, tb.Stats().Keys)
+}
+
+func TestCoarseClock(t *testing.T) {
+	_, err := Open(tmpfsDir(t)+"/x.sbt", fileP, WithCoarseClock(time.Microsecond))
+	assert.ErrorContains(t, err, "WithCoarseClock(1µs)")
+
+	path := tmpfsDir(t) + "/c.sbt"
+	tb, err := Open(path, Policy{Limit: 2, Window: time.Hour}, WithCoarseClock(MinCoarseResolution))
+	require.NoError(t, err)
+	live, err := Open(path, Policy{Limit: 2, Window: time.Hour})
+	require.NoError(t, err)
+	defer live.Close()
+
+	before := Now()
+	first := tb.now()
+	assert.LessOrEqual(t, first, before, "the coarse clock never runs ahead")
+	for tb.now() == first {
+		runtime.Gosched() // the refresher moves it on
+	}
+	assert.Greater(t, tb.now(), first)
+
+	assert.True(t, tb.Allow("k"))
+	assert.True(t, tb.Bucket("k").TryAcquire(1))
+	assert.False(t, tb.Allow("k"))
+	assert.False(t, live.Allow("k"), "a live-clock handle shares the bucket")
+	assert.Greater(t, tb.RetryAfter("k"), 29*time.Minute)
+	require.NoError(t, tb.Close()) // stops the refresher (goleak checks)
+	assert.False(t, tb.Allow("k"))
 }

@@ -3,6 +3,7 @@ package sharedbucket
 import (
 	"fmt"
 	"os"
+	"time"
 )
 
 // DefaultSlots is the slot count of a table opened without WithSlots:
@@ -19,10 +20,11 @@ const minSlots = probeWindow
 type Option func(*config)
 
 type config struct {
-	slots      int         // requested; rounded up to a power of two ≥ minSlots
-	failClosed bool        // deny (instead of allow) when the CAS retry bound is hit
-	mode       os.FileMode // permission bits of a created file
-	err        error       // first invalid option, reported by Open
+	slots      int           // requested; rounded up to a power of two ≥ minSlots
+	failClosed bool          // deny (instead of allow) when the CAS retry bound is hit
+	mode       os.FileMode   // permission bits of a created file
+	coarse     time.Duration // > 0: WithCoarseClock's refresh period
+	err        error         // first invalid option, reported by Open
 }
 
 func defaultConfig() config {
@@ -67,6 +69,31 @@ func WithMode(perm os.FileMode) Option {
 			return
 		}
 		c.mode = perm
+	}
+}
+
+// MinCoarseResolution is the finest resolution WithCoarseClock accepts.
+const MinCoarseResolution = 50 * time.Microsecond
+
+// WithCoarseClock makes this handle read the time from a clock that a
+// goroutine of its own refreshes every res (a CLOCK_MONOTONIC reading stored
+// in an atomic), instead of reading CLOCK_MONOTONIC on every call. Where a
+// clock read is expensive (virtual machines: ~35 ns here, more than the rest
+// of a check) this cuts the cost of a check by that much.
+//
+// The price: decisions are dated up to res (plus any delay of the refreshing
+// goroutine) in the past. For decision times the bound b + (e−s)/T still
+// holds exactly; against real time a key can get up to res/T extra tokens
+// in a window (and, while the refresher runs late, it is tighter instead).
+// Other processes are unaffected and may use either clock. The goroutine
+// stops at Close. Default: off. res must be at least MinCoarseResolution.
+func WithCoarseClock(res time.Duration) Option {
+	return func(c *config) {
+		if res < MinCoarseResolution {
+			c.setErr(fmt.Errorf("sharedbucket: WithCoarseClock(%v): must be ≥ %v", res, MinCoarseResolution))
+			return
+		}
+		c.coarse = res
 	}
 }
 

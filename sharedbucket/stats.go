@@ -36,7 +36,7 @@ func (t *Table) Stats() Stats {
 	if t.closed.Load() {
 		return s
 	}
-	now := nanotime()
+	now := t.now()
 	for i := range uint64(t.nslots) {
 		sl := slotAt(t.slots, i)
 		if sl.key.Load() != 0 && sl.tat.Load() > now {

@@ -58,7 +58,8 @@ type Table struct {
 	tau        int64          // b·T, ns
 	k0, k1     uint64         // hash key of this file
 	failClosed bool
-	closed     atomic.Bool // set once, by Close
+	coarse     *coarseClock // nil: read CLOCK_MONOTONIC on every call
+	closed     atomic.Bool  // set once, by Close
 
 	counts *counters     // per-P allowed/denied
 	rare   *rareCounters // evicted, contended
@@ -81,7 +82,12 @@ type rareCounters struct {
 }
 
 func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
+	var coarse *coarseClock
+	if cfg.coarse > 0 {
+		coarse = startCoarseClock(cfg.coarse)
+	}
 	return &Table{
+		coarse:     coarse,
 		slots:      unsafe.Add(mem, headerSize),
 		mask:       uint64(h.slots - 1),
 		interval:   h.canon.interval,
@@ -99,6 +105,15 @@ func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
 		nslots:     h.slots,
 		nonce:      h.nonce,
 	}
+}
+
+// now reads the table's clock: CLOCK_MONOTONIC, or the coarse clock's
+// latest reading of it (see WithCoarseClock).
+func (t *Table) now() int64 {
+	if t.coarse != nil {
+		return t.coarse.now.Load()
+	}
+	return nanotime()
 }
 
 // Allow is shorthand for AllowN(key, 1).
@@ -130,7 +145,7 @@ func (t *Table) AllowAt(key string, cost, now int64) bool {
 // reads the clock itself, once per call.
 func (t *Table) decide(h uint64, cost, now int64, live bool) bool {
 	if live {
-		now = nanotime()
+		now = t.now()
 	}
 	s := t.slotFor(h, now)
 	var ok bool
@@ -190,7 +205,7 @@ func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 		if try%16 == 0 {
 			runtime.Gosched() // let whoever keeps winning the line finish
 			if refresh {
-				now = nanotime()
+				now = t.now()
 			}
 		}
 	}
@@ -202,7 +217,7 @@ func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 // preemption) cannot mistake a fresh TAT for a damaged one.
 func (t *Table) repair(s *slot, tat, now int64, refresh bool) {
 	if refresh {
-		now = nanotime()
+		now = t.now()
 		if tat-now <= t.tau+repairSlack {
 			return
 		}
@@ -320,7 +335,7 @@ func (t *Table) debt(key string, now int64, live bool) (int64, bool) {
 func (t *Table) debtOf(s *slot, now int64, live bool) int64 {
 	tat := s.tat.Load()
 	if live {
-		now = nanotime()
+		now = t.now()
 	}
 	if tat <= now {
 		return 0
@@ -462,6 +477,9 @@ func (t *Table) Interval() time.Duration { return time.Duration(t.interval) }
 func (t *Table) Close() error {
 	if !t.closed.CompareAndSwap(false, true) {
 		return nil
+	}
+	if t.coarse != nil {
+		t.coarse.stop()
 	}
 	_, err := unix.MmapPtr(-1, 0, t.base, t.size, unix.PROT_READ|unix.PROT_WRITE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
