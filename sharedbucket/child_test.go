@@ -147,16 +147,28 @@ type exactResult struct {
 // childExact waits for "go" on stdin, then spends one token at a time on
 // one key for the given duration and reports. Mode "at" passes its own
 // clock readings (exact decision times); mode "live" lets the table read
-// the clock and brackets each call with its own readings.
+// the clock and brackets each call with its own readings; mode "coarse" is
+// "live" with WithCoarseClock, bracketed by the coarse clock.
 func childExact() error {
 	p, slots := decodePolicy()
-	tb, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	mode := os.Getenv(modeEnv)
+	opts := []Option{WithSlots(slots)}
+	if mode == "coarse" {
+		opts = append(opts, WithCoarseClock(100*time.Microsecond))
+	}
+	tb, err := Open(os.Getenv(pathEnv), p, opts...)
 	if err != nil {
 		return err
 	}
 	defer tb.Close()
 	dur, _ := time.ParseDuration(os.Getenv(durEnv))
-	live := os.Getenv(modeEnv) == "live"
+	// In mode "coarse" the table's own (coarse) clock dates the decisions,
+	// so the child brackets its calls with that clock.
+	live := mode == "live" || mode == "coarse"
+	clock := Now
+	if mode == "coarse" {
+		clock = tb.now
+	}
 	gapMin := tb.tau / 4
 	bk := tb.Bucket("exact")
 	// Fault the mapping's pages in now (a write to another key), so that the
@@ -168,7 +180,7 @@ func childExact() error {
 		return fmt.Errorf("stdin closed")
 	}
 	var res exactResult
-	start := Now()
+	start := clock()
 	end := start + int64(dur)
 	prev := start
 	res.First = -1
@@ -177,7 +189,7 @@ func childExact() error {
 		var ok bool
 		if live {
 			ok = tb.Allow("exact")
-			now = Now()
+			now = clock()
 		} else {
 			now = Now()
 			ok = bk.TryAcquireAt(1, now)
@@ -189,7 +201,7 @@ func childExact() error {
 			if live {
 				res.First = start
 			}
-			res.FirstDone = Now()
+			res.FirstDone = clock()
 		}
 		res.Calls++
 		if ok {

@@ -220,6 +220,7 @@ func TestCrossProcessExact(t *testing.T) {
 		{Policy{Limit: 5, Window: 300 * time.Second, Burst: 5}, 4, "at"},
 		{Policy{Limit: 100_000, Window: time.Second, Burst: 100}, 2, "live"},
 		{Policy{Limit: 1000, Window: time.Second, Burst: 10}, 4, "live"},
+		{Policy{Limit: 100_000, Window: time.Second, Burst: 100}, 2, "coarse"},
 	} {
 		name := fmt.Sprintf("%d per %v b=%d P=%d %s", tc.p.Limit, tc.p.Window, tc.p.Burst, tc.procs, tc.mode)
 		t.Run(name, func(t *testing.T) {

@@ -395,3 +395,37 @@ func TestCoarseClock(t *testing.T) {
 	require.NoError(t, tb.Close()) // stops the refresher (goleak checks)
 	assert.False(t, tb.Allow("k"))
 }
+
+// TestNoFailOpenUnderContention: two goroutines spending on one key for a
+// while never exhaust the CAS retry bound (the benchmark checks the same over
+// 5 × 1 s without the race detector).
+func TestNoFailOpenUnderContention(t *testing.T) {
+	tb := openTemp(t, neverDeny)
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			bk := tb.Bucket("hot")
+			for range 200_000 {
+				bk.TryAcquire(1)
+			}
+		}()
+	}
+	<-done
+	<-done
+	st := tb.Stats()
+	assert.EqualValues(t, 400_000, st.Allowed)
+	assert.Zero(t, st.Contended)
+}
+
+// TestFailClosed: the answer given up under contention (the exit of both
+// the CAS loop and the claim loop) is "no" with FailClosed and "yes"
+// without; both are counted.
+func TestFailClosed(t *testing.T) {
+	open := openTemp(t, fileP)
+	closed := openTemp(t, fileP, FailClosed())
+	assert.True(t, open.contended())
+	assert.False(t, closed.contended())
+	assert.EqualValues(t, 1, open.Stats().Contended)
+	assert.EqualValues(t, 1, closed.Stats().Contended)
+}
