@@ -2,10 +2,11 @@
 // memory-mapped file, so that every process on a host that maps the file
 // enforces the same limit per key.
 //
-// A check costs one clock read (CLOCK_MONOTONIC through the vDSO, see [Now]),
-// a keyed hash, a load and, when the request is allowed, one compare-and-swap
-// on a word of shared memory. There is no lock, no syscall and no write that
-// every process shares: a denial writes nothing at all.
+// A check costs one clock read (CLOCK_MONOTONIC through the vDSO, see [Now];
+// or an atomic load with [WithCoarseClock]), a keyed hash, a load and, when
+// the request is allowed, one compare-and-swap on a word of shared memory.
+// There is no lock, no syscall and no write that every process shares: a
+// denial writes nothing at all.
 //
 // # Model
 //
