@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,4 +91,23 @@ func TestShmBadDir(t *testing.T) {
 	require.NoError(t, os.WriteFile(f, nil, 0o600))
 	_, err := shmstore.Open(filepath.Join(f, "sub"))
 	require.Error(t, err)
+}
+
+func BenchmarkShmAllow(b *testing.B) {
+	s, err := shmstore.Open(b.TempDir())
+	require.NoError(b, err)
+	defer s.Close()
+	p := store.Policy{Rate: 1e6, Burst: 1000}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			_, _ = s.Allow(context.Background(), keys[i&1023], 1, p)
+			i++
+		}
+	})
 }
