@@ -41,7 +41,7 @@ func TestMainUsage(t *testing.T) {
 }
 
 func TestCheckStoreSpec(t *testing.T) {
-	for _, ok := range []string{"memory", "shm", "shm:/tmp/x", "redis://127.0.0.1:6379/0", "rediss://h:1/2"} {
+	for _, ok := range []string{"memory", "shm", "shm:/tmp/x", "redis://127.0.0.1:6379/0", "rediss://h:1/2", "rediscluster://h:1?addr=h:2"} {
 		assert.NoError(t, cli.CheckStoreSpec(ok), ok)
 	}
 	for _, bad := range []string{"", "shm:", "mem", "redis:/x", "http://x"} {

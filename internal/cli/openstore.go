@@ -11,7 +11,8 @@ import (
 
 // OpenStore opens the store a -store flag names: "memory", "shm" (table
 // files in the user's runtime directory, sharedbucket.DefaultDir()),
-// "shm:DIR" (table files in DIR), or a Redis URL "redis://HOST:PORT/DB".
+// "shm:DIR" (table files in DIR), a Redis URL "redis://HOST:PORT/DB", or a
+// Redis Cluster URL "rediscluster://HOST:PORT[?addr=HOST:PORT...]".
 // sweep is the memory store's idle sweep interval.
 func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
 	if err := CheckStoreSpec(spec); err != nil {
@@ -24,6 +25,8 @@ func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
 		return openShm(strings.TrimPrefix(strings.TrimPrefix(spec, "shm"), ":"))
 	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
 		return redisstore.Open(spec)
+	case strings.HasPrefix(spec, "rediscluster://") || strings.HasPrefix(spec, "redisclusters://"):
+		return redisstore.OpenCluster(spec)
 	}
 	panic("unreachable: CheckStoreSpec accepted " + spec)
 }
@@ -32,8 +35,9 @@ func OpenStore(spec string, sweep time.Duration) (store.Store, error) {
 func CheckStoreSpec(spec string) error {
 	switch {
 	case spec == "memory", spec == "shm", strings.HasPrefix(spec, "shm:") && len(spec) > 4,
-		strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"):
+		strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"),
+		strings.HasPrefix(spec, "rediscluster://"), strings.HasPrefix(spec, "redisclusters://"):
 		return nil
 	}
-	return fmt.Errorf("-store %q: want memory, shm, shm:DIR or redis://HOST:PORT/DB", spec)
+	return fmt.Errorf("-store %q: want memory, shm, shm:DIR, redis://HOST:PORT/DB or rediscluster://HOST:PORT[?addr=HOST:PORT...]", spec)
 }

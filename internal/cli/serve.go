@@ -39,7 +39,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
 	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
 	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
-	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB")
+	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...]")
 	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
 	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
 	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout, "bound on one store call")

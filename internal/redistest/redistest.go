@@ -3,20 +3,24 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
 // Server is a redis-server child process.
 type Server struct {
-	t    testing.TB
-	Port int
-	cmd  *exec.Cmd
+	t       testing.TB
+	Port    int
+	cmd     *exec.Cmd
+	cluster bool
 }
 
 // Binary is the redis-server executable looked up on PATH (and at
@@ -34,7 +38,13 @@ func Binary() string {
 // Start starts redis-server, or skips the test when the binary is missing and
 // SLUICE_REQUIRE_REDIS is unset (fails it when set). The server is killed at
 // test cleanup.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Server { return start(t, false) }
+
+// StartCluster starts a one-node Redis Cluster that owns all 16384 slots:
+// enough to exercise cluster routing, hash slots and the cluster client.
+func StartCluster(t testing.TB) *Server { return start(t, true) }
+
+func start(t testing.TB, cluster bool) *Server {
 	t.Helper()
 	if Binary() == "" {
 		if os.Getenv("SLUICE_REQUIRE_REDIS") != "" {
@@ -42,7 +52,7 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skip("redis-server not found (set SLUICE_REQUIRE_REDIS=1 to make this a failure)")
 	}
-	s := &Server{t: t}
+	s := &Server{t: t, cluster: cluster}
 	for attempt := 0; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -67,8 +77,18 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
 func (s *Server) start() error {
-	cmd := exec.Command(Binary(), "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"}
+	if s.cluster {
+		dir, err := os.MkdirTemp("", "redistest-cluster-")
+		if err != nil {
+			return err
+		}
+		s.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		args = append(args, "--cluster-enabled", "yes", "--dir", dir,
+			"--cluster-config-file", "nodes-"+strconv.Itoa(s.Port)+".conf")
+	}
+	cmd := exec.Command(Binary(), args...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -77,9 +97,12 @@ func (s *Server) start() error {
 	for {
 		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
 		if err == nil {
-			_ = c.Close()
 			s.cmd = cmd
-			return nil
+			if s.cluster {
+				err = assignAllSlots(c)
+			}
+			_ = c.Close()
+			return err
 		}
 		if time.Now().After(deadline) {
 			_ = cmd.Process.Kill()
@@ -105,5 +128,51 @@ func (s *Server) Restart() {
 	s.t.Helper()
 	if err := s.start(); err != nil {
 		s.t.Fatalf("restarting redis-server: %v", err)
+	}
+}
+
+// assignAllSlots gives the single node every hash slot and waits until the
+// cluster reports ok.
+func assignAllSlots(c net.Conn) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	do := func(args ...string) (string, error) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := io.WriteString(c, b.String()); err != nil {
+			return "", err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		if strings.HasPrefix(line, "$") { // bulk string: read its body
+			n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+			buf := make([]byte, n+2)
+			if _, err := io.ReadFull(r, buf); err != nil {
+				return "", err
+			}
+			return string(buf[:n]), nil
+		}
+		if strings.HasPrefix(line, "-") {
+			return "", fmt.Errorf("redis: %s", strings.TrimSpace(line[1:]))
+		}
+		return strings.TrimSpace(line), nil
+	}
+	if _, err := do("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
+		return err
+	}
+	for {
+		info, err := do("CLUSTER", "INFO")
+		if err != nil {
+			return err
+		}
+		if strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -19,6 +19,8 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,6 +82,47 @@ func Open(url string) (*Store, error) {
 	return New(redis.NewClient(opt)), nil
 }
 
+// OpenCluster connects to a Redis Cluster. The URL has Open's form with the
+// scheme rediscluster:// (TLS: redisclusters://) and further seed nodes as
+// addr= parameters: "rediscluster://10.0.0.1:6379?addr=10.0.0.2:6379". As in
+// Open, nothing is ever replayed: go-redis's cluster client retries network
+// errors and timeouts within its redirect budget, so redirects are off too
+// (MaxRedirects −1). A MOVED reply during resharding is then an error for
+// that one request (answered per -fail) and makes the client reload the
+// slot map, so the next request goes to the right node.
+func OpenCluster(url string) (*Store, error) {
+	u := url
+	switch {
+	case strings.HasPrefix(u, "rediscluster://"):
+		u = "redis://" + strings.TrimPrefix(u, "rediscluster://")
+	case strings.HasPrefix(u, "redisclusters://"):
+		u = "rediss://" + strings.TrimPrefix(u, "redisclusters://")
+	default:
+		return nil, fmt.Errorf("redisstore: cluster URL %q: want rediscluster://HOST:PORT[?addr=HOST:PORT...]", url)
+	}
+	opt, err := redis.ParseClusterURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	opt.MaxRetries = -1
+	opt.MaxRedirects = -1
+	if opt.DialTimeout == 0 {
+		opt.DialTimeout = DefaultDialTimeout
+	}
+	if opt.ReadTimeout == 0 {
+		opt.ReadTimeout = DefaultIOTimeout
+	}
+	if opt.WriteTimeout == 0 {
+		opt.WriteTimeout = DefaultIOTimeout
+	}
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	if opt.Protocol == 0 {
+		opt.Protocol = 2
+	}
+	return New(redis.NewClusterClient(opt)), nil
+}
+
 // New returns a Store over c, which it owns (Close closes it). Configure c
 // with MaxRetries −1: go-redis otherwise retries after network errors, which
 // may replay a decision Redis already applied.
@@ -131,16 +174,13 @@ func (s *Store) Keys(ctx context.Context) (int64, error) {
 		return n, it.Err()
 	}
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		var total int64
-		var mu = make(chan struct{}, 1)
+		var total atomic.Int64
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			n, err := count(ctx, c)
-			mu <- struct{}{}
-			total += n
-			<-mu
+			total.Add(n)
 			return err
 		})
-		return total, err
+		return total.Load(), err
 	}
 	return count(ctx, s.c)
 }

@@ -125,3 +125,18 @@ func BenchmarkRedisAllow(b *testing.B) {
 		}
 	})
 }
+
+func TestRedisClusterConformance(t *testing.T) {
+	srv := redistest.StartCluster(t)
+	s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	storetest.Run(t, func(t *testing.T) store.Store { return s })
+}
+
+func TestOpenRejectsBadURLs(t *testing.T) {
+	_, err := redisstore.Open("http://x")
+	assert.Error(t, err)
+	_, err = redisstore.OpenCluster("redis://x:1")
+	assert.ErrorContains(t, err, "rediscluster://")
+}
