@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,10 @@ func TestServiceLoad(t *testing.T) {
 	if only := os.Getenv("SLUICE_LOADTEST_ONLY"); only != "" {
 		targets = slices.DeleteFunc(targets, func(t target) bool { return !strings.Contains(only, t.name) })
 	}
+	conns := 16
+	if n, err := strconv.Atoi(os.Getenv("SLUICE_LOADTEST_CONNS")); err == nil && n > 0 {
+		conns = n
+	}
 	t.Logf("machine: GOMAXPROCS=%d NumCPU=%d %s/%s %s", runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 	for _, tg := range targets {
 		cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-store", tg.store, "-rate", "1000", "-burst", "1000")
@@ -122,12 +127,12 @@ func TestServiceLoad(t *testing.T) {
 		// Warm up connections and the store's tables/scripts.
 		_, err = loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 2000, Duration: time.Second})
 		require.NoError(t, err)
-		r, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 5000, Duration: dur})
+		r, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Rate: 5000, Duration: dur, Conns: conns})
 		require.NoError(t, err)
-		t.Logf("%-6s at 5k req/s: %v", name, r)
+		t.Logf("%-8s at 5k req/s over %d conns: %v", name, conns, r)
 		peak, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Path: path, Duration: dur, Conns: 32})
 		require.NoError(t, err)
-		t.Logf("%-6s peak (32 conns, closed loop): %v", name, peak)
+		t.Logf("%-8s peak (32 conns, closed loop): %v", name, peak)
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	}
