@@ -15,8 +15,8 @@ const memoryShards = 256 // a power of two; enough that 2 cores rarely meet on o
 // bucket is full again holds no information (GCRA's "tat ≤ now"), so a
 // periodic sweep deletes such keys without changing any future decision.
 //
-// Safe for concurrent use. Limits held here are per process; use the shm or
-// Redis store to share them.
+// Safe for concurrent use; the zero value is not usable (use NewMemory).
+// Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
 	seed   maphash.Seed
 	now    func() int64 // nanoseconds on a monotonic clock

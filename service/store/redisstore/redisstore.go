@@ -35,7 +35,10 @@ var gcraLua string
 const KeyPrefix = "sluice:"
 
 // Store is a store.Store over a go-redis client (single node, Sentinel
-// failover or Cluster). Safe for concurrent use.
+// failover or Cluster). Safe for concurrent use; the zero value is not usable
+// (use Open, OpenCluster or New). Allow blocks for one round trip, bounded by
+// ctx and the client's timeouts; when ctx ends first it returns an error and
+// the decision may or may not have been applied.
 type Store struct {
 	c      redis.UniversalClient
 	script *redis.Script

@@ -22,7 +22,8 @@ import (
 	"github.com/sluice-go/sluice/sharedbucket"
 )
 
-// Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use.
+// Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
+// the zero value is not usable (use Open). Allow never blocks.
 type Store struct {
 	arena  *sharedbucket.Arena
 	opts   []sharedbucket.Option
