@@ -134,14 +134,19 @@ func childHammer() error {
 
 // exactResult is what an exact child reports.
 type exactResult struct {
-	Allowed int64      `json:"allowed"`
-	Calls   int64      `json:"calls"`
-	First   int64      `json:"first"` // clock reading at or before the first decision
-	Last    int64      `json:"last"`  // clock reading at or after the last decision
-	Gaps    [][2]int64 `json:"gaps"`  // stretches longer than gapMin with no call
+	Allowed int64 `json:"allowed"`
+	Calls   int64 `json:"calls"`
+	First   int64 `json:"first"` // clock reading at or before the first decision
+	Last    int64 `json:"last"`  // clock reading at or after the last decision
 	// FirstDone is a reading taken when the first call had returned: the
 	// first decision's CAS landed in [First, FirstDone].
 	FirstDone int64 `json:"first_done"`
+	// Idle is, summed over this process's allowed calls, how long the bucket
+	// had been full when the call came (now − TAT read just before it, when
+	// positive): time in which tokens came back that nobody could take. It
+	// over-counts when another process spends between that read and the
+	// call, which only makes the liveness check looser.
+	Idle int64 `json:"idle"`
 }
 
 // childExact waits for "go" on stdin, then spends one token at a time on
@@ -169,7 +174,6 @@ func childExact() error {
 	if mode == "coarse" {
 		clock = tb.now
 	}
-	gapMin := tb.tau / 4
 	bk := tb.Bucket("exact")
 	// Fault the mapping's pages in now (a write to another key), so that the
 	// first timed call does not sit on a page fault while the bucket is full.
@@ -182,21 +186,24 @@ func childExact() error {
 	var res exactResult
 	start := clock()
 	end := start + int64(dur)
-	prev := start
 	res.First = -1
 	for {
+		var tatBefore int64 = -1
+		if s := tb.find(bk.h); s != nil {
+			tatBefore = s.tat.Load()
+		}
 		var now int64
 		var ok bool
 		if live {
 			ok = tb.Allow("exact")
-			now = clock()
+			now = clock() // at or after the decision
 		} else {
 			now = Now()
 			ok = bk.TryAcquireAt(1, now)
 		}
 		if res.First < 0 {
-			// The first decision time: exact in mode "at"; in mode "live" a
-			// reading taken before the call, so never after the decision.
+			// The first decision time: exact in mode "at"; in the live
+			// modes a reading taken before the call.
 			res.First = now
 			if live {
 				res.First = start
@@ -206,16 +213,18 @@ func childExact() error {
 		res.Calls++
 		if ok {
 			res.Allowed++
+			// tatBefore ≤ 0: no slot or no spend yet, this is the key's
+			// first spend (the full stretch before it is the parent's
+			// startLag).
+			if tatBefore > 0 && now > tatBefore {
+				res.Idle += now - tatBefore
+			}
 		}
-		if now-prev > gapMin {
-			res.Gaps = append(res.Gaps, [2]int64{prev, now})
-		}
-		prev = now
+		res.Last = now
 		if now >= end {
 			break
 		}
 	}
-	res.Last = prev
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
