@@ -102,6 +102,7 @@ type waiter struct {
 	got        int64 // tokens collected so far, as the head of the queue
 	err        error // set by Stop or a refusing table before Wake
 	queued     bool  // guarded by l.mu
+	granted    bool  // woken holding its n tokens; guarded by l.mu
 	prev, next *waiter
 }
 
@@ -176,15 +177,14 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		l.burst, l.tokens = p.Burst, 0
 	}
 	l.base = l.now()
-	if ctx.Done() != nil {
-		stop := func() { l.stop(false) }
-		if a, ok := ctx.(afterFuncer); ok {
-			// A loop's context: the stop runs on the goroutine that
-			// cancels it, before Run returns, not on a goroutine of its own.
-			l.stopWatch = a.AfterFunc(stop)
-		} else {
-			l.stopWatch = context.AfterFunc(ctx, stop)
-		}
+	stop := func() { l.stop(false) }
+	if a, ok := ctx.(afterFuncer); ok {
+		// A loop's context: the stop runs on the goroutine that ends it,
+		// before Run returns, not on a goroutine of its own; and a run's
+		// root ends with the run even when its Done is nil.
+		l.stopWatch = a.AfterFunc(stop)
+	} else if ctx.Done() != nil {
+		l.stopWatch = context.AfterFunc(ctx, stop)
 	}
 	return l, nil
 }
@@ -235,7 +235,7 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 	// Slow path: bind a pooled waiter to the caller before publishing it,
 	// then look again, since tokens may have come meanwhile.
 	wt := waiterPool.Get().(*waiter)
-	wt.l, wt.n, wt.got, wt.err = l, n64, 0, nil
+	wt.l, wt.n, wt.got, wt.err, wt.granted = l, n64, 0, nil, false
 	wt.w.N = n64
 	wt.w.Prepare(ctx)
 	l.mu.Lock()
@@ -258,7 +258,7 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 	}
 	l.mu.Unlock()
 
-	err := wt.w.Wait(ctx)
+	err := l.wait(ctx, wt)
 	if err == nil {
 		err = wt.err // nil for a grant; ErrStopped or a table's refusal
 	}

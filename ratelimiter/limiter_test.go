@@ -40,13 +40,9 @@ func newLimiter(t *testing.T, ctx context.Context, rate float64, burst int) *rat
 	return l
 }
 
-// settle lets every fiber woken so far run before the caller goes on (two
-// yields: a wake issued on the loop's goroutine reaches the run queue through
-// the loop's inbox, behind a Yield issued right after it).
-func settle(ctx context.Context) {
-	sched.Yield(ctx)
-	sched.Yield(ctx)
-}
+// settle lets every fiber woken so far run before the caller goes on:
+// runnable fibers run FIFO, so one Yield puts the caller behind them.
+func settle(ctx context.Context) { sched.Yield(ctx) }
 
 // ns is a duration of exactly n nanoseconds, for schedules of rates that do
 // not divide a second.

@@ -1,6 +1,7 @@
 package ratelimiter
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"time"
@@ -87,9 +88,11 @@ func (l *Limiter) give(k int64, now time.Time) {
 			break // k is 0: the head still waits for more
 		}
 		l.remove(wt)
+		wt.granted = true
 		if !wt.w.Wake() {
 			// Its cancellation won the race; its OnCancel will find it out
 			// of the queue. The tokens were never handed over: pass them on.
+			wt.granted = false
 			k += wt.got
 			wt.got = 0
 		}
@@ -204,4 +207,55 @@ func (l *Limiter) remove(wt *waiter) {
 	}
 	wt.prev, wt.next, wt.queued = nil, nil, false
 	l.waiters--
+}
+
+// wait parks on wt. When a run loop stops the parked fiber instead of
+// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
+// panic in another fiber, or a root context that can never be cancelled),
+// Wait unwinds without OnCancel; abandon then takes the waiter out of the
+// queue and gives back what it had collected or been granted, so nothing is
+// lost.
+func (l *Limiter) wait(ctx context.Context, wt *waiter) error {
+	returned := false
+	defer func() {
+		if !returned {
+			l.abandon(wt)
+		}
+	}()
+	err := wt.w.Wait(ctx)
+	returned = true
+	return err
+}
+
+// abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
+// reused.
+func (l *Limiter) abandon(wt *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wasHead := l.head == wt
+	var back int64
+	switch {
+	case wt.queued:
+		l.remove(wt)
+		back = wt.got
+	case wt.granted:
+		back = wt.n
+	}
+	wt.got = 0
+	if l.stopped {
+		return
+	}
+	if l.bucket != nil {
+		// Shared waiters collect nothing while queued; a grant was
+		// already spent in the table, so it stays with this process.
+		l.prepaid += back
+		if wasHead {
+			l.serveShared()
+		}
+		return
+	}
+	now := l.now()
+	l.credit(now)
+	l.give(back, now)
+	l.arm(now)
 }

@@ -53,7 +53,9 @@ func (l *Limiter) serveShared() {
 	for wt := l.head; wt != nil; wt = l.head {
 		if l.takeShared(wt.n) {
 			l.remove(wt)
+			wt.granted = true
 			if !wt.w.Wake() {
+				wt.granted = false
 				// Cancelled first: the table has no refunds, so keep the
 				// tokens for this process's next caller.
 				l.prepaid += wt.n

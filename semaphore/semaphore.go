@@ -55,6 +55,7 @@ type waiter struct {
 	n          int64
 	err        error // set by Close before Wake: the error Acquire returns
 	queued     bool  // in s's queue; guarded by s.mu
+	granted    bool  // woken with its n permits; guarded by s.mu
 	prev, next *waiter
 }
 
@@ -106,7 +107,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 	// Slow path: bind a pooled waiter to the caller before publishing it,
 	// then look again, since the state may have changed meanwhile.
 	wt := waiterPool.Get().(*waiter)
-	wt.s, wt.n, wt.err = s, n, nil
+	wt.s, wt.n, wt.err, wt.granted = s, n, nil, false
 	wt.w.N = n
 	wt.w.Prepare(ctx)
 	s.mu.Lock()
@@ -119,13 +120,48 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 	s.push(wt)
 	s.mu.Unlock()
 
-	err := wt.w.Wait(ctx)
+	err := s.wait(ctx, wt)
 	if err == nil {
 		err = wt.err // nil for a grant, the Close error otherwise
 	}
 	wt.s, wt.err = nil, nil
 	waiterPool.Put(wt)
 	return err
+}
+
+// wait parks on wt. When a run loop stops the parked fiber instead of
+// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
+// panic in another fiber, or a root context that can never be cancelled),
+// Wait unwinds without OnCancel; abandon then takes the waiter out of the
+// queue and gives back a grant it never saw, so nothing is lost.
+func (s *Semaphore) wait(ctx context.Context, wt *waiter) error {
+	returned := false
+	defer func() {
+		if !returned {
+			s.abandon(wt)
+		}
+	}()
+	err := wt.w.Wait(ctx)
+	returned = true
+	return err
+}
+
+// abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
+// reused.
+func (s *Semaphore) abandon(wt *waiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case wt.queued:
+		wasHead := s.head == wt
+		s.remove(wt)
+		if wasHead {
+			s.grantLocked()
+		}
+	case wt.granted:
+		s.avail += wt.n
+		s.grantLocked()
+	}
 }
 
 // tryLocked takes n permits if nobody waits and they are free. It returns an
@@ -186,7 +222,9 @@ func (s *Semaphore) grantLocked() {
 	for wt := s.head; wt != nil && s.avail >= wt.n; wt = s.head {
 		s.remove(wt)
 		s.avail -= wt.n
+		wt.granted = true
 		if !wt.w.Wake() {
+			wt.granted = false
 			// Its cancellation won the race and its OnCancel is on the way
 			// (it will find the waiter already out of the queue): the
 			// permits were never granted, so they stay here for the next.

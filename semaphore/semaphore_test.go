@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -37,14 +36,9 @@ func run(t *testing.T, main func(ctx context.Context) error) {
 	require.NoError(t, sched.Run(context.Background(), main, sched.Virtual(time.Time{})))
 }
 
-// settle lets every fiber woken so far run before the caller goes on. It
-// yields twice because a wake issued on the loop's goroutine reaches the run
-// queue through the loop's inbox, after a Yield issued right after it (see
-// notes/sched-requests.md, item 2).
-func settle(ctx context.Context) {
-	sched.Yield(ctx)
-	sched.Yield(ctx)
-}
+// settle lets every fiber woken so far run before the caller goes on:
+// runnable fibers run FIFO, so one Yield puts the caller behind them.
+func settle(ctx context.Context) { sched.Yield(ctx) }
 
 func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
 
@@ -218,12 +212,18 @@ func TestDeadlockReportNamesTheWait(t *testing.T) {
 }
 
 // TestGrantVersusCancelStress races grants against cancellations from every
-// direction at once: goroutines with real-time timeouts, fibers of a
-// real-clock loop with loop timeouts (cancelled on timer goroutines), and
-// TryAcquire callers. It proves that no permit is lost or granted twice: the
-// permits held at any moment never exceed the size, and at the end every
-// permit is free again and the queue is empty.
+// direction at once: goroutines with real-time timeouts, TryAcquire callers,
+// and fibers with loop timeouts, in a real-clock loop (deadlines cancel from
+// timer goroutines) and in a virtual one (deadlines fire on the loop's
+// goroutine while the goroutines grant). It proves that no permit is lost or
+// granted twice: the permits held at any moment never exceed the size, and
+// at the end every permit is free again and the queue is empty.
 func TestGrantVersusCancelStress(t *testing.T) {
+	t.Run("loop=real", func(t *testing.T) { grantVersusCancel(t, sched.WithClock(clock.New())) })
+	t.Run("loop=virtual", func(t *testing.T) { grantVersusCancel(t, sched.Virtual(time.Time{})) })
+}
+
+func grantVersusCancel(t *testing.T, loopOpt sched.Option) {
 	const size = 4
 	s := semaphore.New(size)
 	var held, grants, cancels atomic.Int64
@@ -262,15 +262,6 @@ func TestGrantVersusCancelStress(t *testing.T) {
 				cancel()
 			}
 		}()
-	}
-	// The fibers run in a virtual loop, where their deadlines fire on the
-	// loop's goroutine while the goroutines above grant concurrently. With
-	// SLUICE_STRESS_REAL_LOOP=1 they run on a real-clock loop, whose deadline
-	// timers cancel from timer goroutines (see notes/sched-requests.md: sched
-	// has a data race on that path that -race reports).
-	loopOpt := sched.Virtual(time.Time{})
-	if os.Getenv("SLUICE_STRESS_REAL_LOOP") != "" {
-		loopOpt = sched.WithClock(clock.New())
 	}
 	wg.Add(1)
 	go func() {

@@ -117,13 +117,14 @@ func New(ctx context.Context, period time.Duration, opts ...Option) (*Ticker, er
 	}
 	t := &Ticker{clock: sched.ClockOf(ctx, cfg.clock), period: period}
 	t.start = t.clock.Now()
-	if ctx.Done() != nil {
-		stop := func() { t.stop(false) }
-		if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
-			t.stopWatch = a.AfterFunc(stop) // a loop's context: runs on the cancelling goroutine
-		} else {
-			t.stopWatch = context.AfterFunc(ctx, stop)
-		}
+	stop := func() { t.stop(false) }
+	if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
+		// A loop's context: the stop runs on the goroutine that ends it,
+		// before Run returns; a run's root ends with the run even when its
+		// Done is nil.
+		t.stopWatch = a.AfterFunc(stop)
+	} else if ctx.Done() != nil {
+		t.stopWatch = context.AfterFunc(ctx, stop)
 	}
 	return t, nil
 }
@@ -170,7 +171,7 @@ func (t *Ticker) Next(ctx context.Context) (time.Time, error) {
 	t.arm(t.clock.Now())
 	t.mu.Unlock()
 
-	err := wt.w.Wait(ctx)
+	err := t.wait(ctx, wt)
 	at := wt.at
 	if err == nil {
 		err = wt.err
@@ -181,6 +182,22 @@ func (t *Ticker) Next(ctx context.Context) (time.Time, error) {
 	wt.t, wt.err, wt.at = nil, nil, time.Time{}
 	waiterPool.Put(wt)
 	return at, err
+}
+
+// wait parks on wt. When a run loop stops the parked fiber instead of
+// resuming it (sched.Run ending while the fiber still waits), Wait unwinds
+// without OnCancel; the waiter must still leave the queue, or a later
+// boundary would go to a fiber that no longer exists.
+func (t *Ticker) wait(ctx context.Context, wt *waiter) error {
+	returned := false
+	defer func() {
+		if !returned {
+			wt.cancel() // a no-op when it is no longer queued
+		}
+	}()
+	err := wt.w.Wait(ctx)
+	returned = true
+	return err
 }
 
 // tryLocked delivers a passed boundary if nobody waits. t.mu is held.
