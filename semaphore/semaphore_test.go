@@ -363,3 +363,23 @@ func ExampleSemaphore_Acquire_timeout() {
 	// gave up at +250ms: context deadline exceeded
 	// err: <nil> waiters: 0
 }
+
+// TestStoppedFiberLeavesQueue: a daemon fiber that waits with a context that
+// is never cancelled is stopped (not cancelled) when its run ends; its
+// waiter still leaves the queue, so the next Release is not handed to a
+// fiber that no longer exists.
+func TestStoppedFiberLeavesQueue(t *testing.T) {
+	s := semaphore.New(2)
+	require.True(t, s.TryAcquire(2))
+	run(t, func(ctx context.Context) error {
+		sched.Daemon(ctx, func(ctx context.Context) error {
+			return s.Acquire(context.WithoutCancel(ctx), 2) // ignores the daemon's cancellation
+		})
+		settle(ctx)
+		assert.Equal(t, 1, s.Waiters())
+		return nil
+	})
+	assert.Equal(t, 0, s.Waiters(), "the stopped daemon left the queue")
+	s.Release(2)
+	assert.True(t, s.TryAcquire(2), "the permits were not handed to the dead fiber")
+}
