@@ -333,3 +333,25 @@ func TestCloseUnderLoad(t *testing.T) {
 	<-done
 	assert.False(t, tb.Allow("x"))
 }
+
+// FuzzDecodeHeader: any first page either decodes to a header whose
+// numbers are safe to map and compute with, or is ErrCorrupt; never a panic.
+func FuzzDecodeHeader(f *testing.F) {
+	good := (&header{slots: 64, total: headerSize + 64*slotSize, canon: canon{interval: 1e6, burst: 10},
+		limit: 1000, window: time.Second, k0: 1, k1: 2}).encode()
+	f.Add(good)
+	f.Add(good[:100])
+	f.Add(make([]byte, headerSize))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodeHeader(b)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			return
+		}
+		require.Equal(t, headerSize+int64(h.slots)*slotSize, h.total)
+		require.Zero(t, h.slots&(h.slots-1))
+		require.GreaterOrEqual(t, h.canon.interval, int64(1))
+		require.GreaterOrEqual(t, h.canon.burst, int64(1))
+		require.Less(t, h.canon.tau(), maxTau)
+	})
+}
