@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/shmstore"
 )
 
 // ServeOptions are the settings of `sluice serve`.
@@ -87,6 +88,12 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Store = st
+	if sh, ok := st.(*shmstore.Store); ok {
+		if on, err := sh.OnTmpfs(); err == nil && !on {
+			log.Warn("shm store directory is not on tmpfs: page writeback can stall decisions; prefer the default or a tmpfs DIR",
+				"dir", sh.Dir())
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	if perr := st.Ping(pctx); perr != nil {
 		// Serve anyway: the store may come up later, and until then

@@ -77,7 +77,12 @@ func TestServiceLoad(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "sluice")
 	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/sluice").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	stores := []string{"memory", "shm:" + t.TempDir()}
+	// The shm tables go on tmpfs, where the service puts them by default: on
+	// a disk filesystem page writeback stalls decisions (see shmstore.OnTmpfs).
+	shmDir, err := os.MkdirTemp("/dev/shm", "sluice-load-")
+	require.NoError(t, err)
+	defer os.RemoveAll(shmDir)
+	stores := []string{"memory", "shm:" + shmDir}
 	if redistest.Binary() != "" {
 		stores = append(stores, redistest.Start(t).URL())
 	}

@@ -4,7 +4,8 @@
 set -eu
 secs=${1:-10}
 dir=$(mktemp -d)
-trap 'kill $(cat "$dir"/pids 2>/dev/null) 2>/dev/null || true; rm -rf "$dir"' EXIT
+shm=$(mktemp -d /dev/shm/sluice-peak-XXXXXX)   # tmpfs, like the default shm store
+trap 'kill $(cat "$dir"/pids 2>/dev/null) 2>/dev/null || true; rm -rf "$dir" "$shm"' EXIT
 go build -o "$dir/sluice" ./cmd/sluice
 cat > "$dir/keys.lua" <<'LUA'
 counter = 0
@@ -14,7 +15,7 @@ request = function()
 end
 LUA
 port=18411
-stores="memory shm:$dir/shm"
+stores="memory shm:$shm"
 if command -v redis-server >/dev/null; then
   redis-server --port 18499 --bind 127.0.0.1 --save '' --appendonly no --loglevel warning >/dev/null 2>&1 &
   echo $! >> "$dir/pids"

@@ -111,3 +111,16 @@ func BenchmarkShmAllow(b *testing.B) {
 		}
 	})
 }
+
+func TestShmOnTmpfs(t *testing.T) {
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		t.Skip("no /dev/shm")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "shmstore-test-")
+	require.NoError(t, err)
+	defer os.RemoveAll(dir)
+	s := open(t, dir)
+	on, err := s.OnTmpfs()
+	require.NoError(t, err)
+	assert.True(t, on, "/dev/shm is tmpfs")
+}
