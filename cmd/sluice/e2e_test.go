@@ -184,7 +184,7 @@ func TestServeBadFlagsExit2(t *testing.T) {
 
 // Two serve processes on one shm directory hold one limit between them.
 func TestTwoServeProcessesShareShm(t *testing.T) {
-	dir := t.TempDir()
+	dir := shmDir(t)
 	a := serve(t, "-store", "shm:"+dir, "-rate", "0.001", "-burst", "20")
 	b := serve(t, "-store", "shm:"+dir, "-rate", "0.001", "-burst", "20")
 	allowed := 0
@@ -238,7 +238,7 @@ func runReplicas(t *testing.T, urls []string, key string, d time.Duration) (int,
 }
 
 func TestThreeReplicasShm(t *testing.T) {
-	dir := t.TempDir()
+	dir := shmDir(t)
 	// Two servers on one shm table: replicas 1 and 3 use a, replica 2 uses b.
 	a := serve(t, "-store", "shm:"+dir, "-limits", "tenant-a=10:10")
 	b := serve(t, "-store", "shm:"+dir, "-limits", "tenant-a=10:10")
@@ -307,4 +307,17 @@ func TestDemoFinishesAndHoldsTheLimit(t *testing.T) {
 	assert.Regexp(t, `allowed in total: \d+ of \d+ attempts`, s)
 	assert.Regexp(t, `→  \d+ ≤ \d+\.\d`, s)
 	assert.Equal(t, 3, strings.Count(s, " summary: attempts="))
+}
+
+// shmDir returns a fresh directory on tmpfs (/dev/shm) when there is one,
+// where shm tables belong (on a disk filesystem page writeback can stall
+// them), else t.TempDir().
+func shmDir(t *testing.T) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "sluice-test-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(d) })
+			return d
+		}
+	}
+	return t.TempDir()
 }

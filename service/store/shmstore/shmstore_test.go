@@ -30,14 +30,14 @@ func open(t *testing.T, dir string) *shmstore.Store {
 }
 
 func TestShmConformance(t *testing.T) {
-	dir := t.TempDir()
+	dir := shmDir(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, dir) })
 }
 
 // Two stores on one directory (two mappings of each table, as two processes
 // would have) hold one limit between them.
 func TestShmTwoMappingsShareOneLimit(t *testing.T) {
-	dir := t.TempDir()
+	dir := shmDir(t)
 	a, b := open(t, dir), open(t, dir)
 	p := store.Policy{Rate: 1.0 / 3600, Burst: 50}
 	var allowed atomic.Int64
@@ -61,7 +61,7 @@ func TestShmTwoMappingsShareOneLimit(t *testing.T) {
 }
 
 func TestShmReportsDenialFigures(t *testing.T) {
-	s := open(t, t.TempDir())
+	s := open(t, shmDir(t))
 	p := store.Policy{Rate: 10, Burst: 10}
 	ctx := context.Background()
 	for range 10 {
@@ -123,4 +123,17 @@ func TestShmOnTmpfs(t *testing.T) {
 	on, err := s.OnTmpfs()
 	require.NoError(t, err)
 	assert.True(t, on, "/dev/shm is tmpfs")
+}
+
+// shmDir returns a fresh directory on tmpfs (/dev/shm) when there is one,
+// where shm tables belong (on a disk filesystem page writeback can stall
+// them), else t.TempDir().
+func shmDir(t *testing.T) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "sluice-test-"); err == nil {
+			t.Cleanup(func() { _ = os.RemoveAll(d) })
+			return d
+		}
+	}
+	return t.TempDir()
 }
