@@ -193,10 +193,15 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 	res, err := s.cfg.Store.Allow(ctx, a.key, a.n, e.p)
 	s.storeLat.Observe(time.Since(start).Seconds())
 	if err != nil {
+		if r.Context().Err() != nil {
+			// The client went away mid-call: not the store's fault, and
+			// nobody is left to answer.
+			return
+		}
 		s.storeFailed(w, r, e, err)
 		return
 	}
-	if s.storeDown.CompareAndSwap(true, false) {
+	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
 		s.log.Info("store recovered", "store", s.cfg.Store.Name())
 	}
 
