@@ -118,6 +118,15 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 	f.parkedOn = w
 	for {
 		if !f.w.yield(struct{}{}) {
+			// Run is stopping this fiber. A wait it was in ends as a
+			// cancellation, so the owner's OnCancel takes it out of its
+			// queue and passes on what it held: nothing is lost.
+			if w != nil {
+				gen := w.gen()
+				if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) && w.OnCancel != nil {
+					w.OnCancel()
+				}
+			}
 			panic(errKilled)
 		}
 		if !l.probing {

@@ -609,3 +609,17 @@ func TestWakesKeepFIFOOrderWithYieldAndGo(t *testing.T) {
 	}))
 	assert.Equal(t, []string{"0s woken", "0s started later", "0s waker again"}, tr.get())
 }
+
+// When Run stops a parked fiber (here after a deadlock), its wait ends as a
+// cancellation: the owner's OnCancel runs and can hand back what it held.
+func TestStoppedFiberRunsOnCancel(t *testing.T) {
+	cancelled := 0
+	err := runV(func(ctx context.Context) error {
+		w := &sched.Waiter{Reason: "stuck", OnCancel: func() { cancelled++ }}
+		w.Prepare(ctx)
+		return w.Wait(ctx)
+	})
+	var dl *sched.DeadlockError
+	require.ErrorAs(t, err, &dl)
+	assert.Equal(t, 1, cancelled)
+}

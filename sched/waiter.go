@@ -42,8 +42,9 @@ type Waiter struct {
 	Reason string
 	N      int64
 	// OnCancel, if set, runs once when cancellation wins over Wake, before
-	// the waiting caller resumes. It may run on any goroutine, and must not
-	// wait for the waiting caller.
+	// the waiting caller resumes; also when Run stops a fiber parked in
+	// Wait (a deadlock, a panic, a daemon that ignored its cancellation).
+	// It may run on any goroutine, and must not wait for the waiting caller.
 	OnCancel func()
 
 	state atomic.Uint64
