@@ -211,10 +211,10 @@ func (l *Limiter) remove(wt *waiter) {
 
 // wait parks on wt. When a run loop stops the parked fiber instead of
 // resuming it (sched.Run ending while the fiber still waits: a deadlock, a
-// panic in another fiber, or a root context that can never be cancelled),
-// Wait unwinds without OnCancel; abandon then takes the waiter out of the
-// queue and gives back what it had collected or been granted, so nothing is
-// lost.
+// panic in another fiber, a daemon that ignored its cancellation), a wait
+// still pending ends through OnCancel, but a grant made just before the
+// stop was never seen by the caller; abandon takes the waiter out of the
+// queue if it is still there and gives such a grant back, so nothing is lost.
 func (l *Limiter) wait(ctx context.Context, wt *waiter) error {
 	returned := false
 	defer func() {
