@@ -150,3 +150,33 @@ func TestConcurrentUse(t *testing.T) {
 	assert.Equal(t, 8*200, fired+stopped)
 	assert.Equal(t, 0, c.Pending())
 }
+
+// Thousands of timers armed in a scrambled order, some stopped, some reset,
+// fire in exact (deadline, creation) order: the heap keeps its invariant.
+func TestManyTimersFireInOrder(t *testing.T) {
+	c := vclock.New(time.Time{})
+	type key struct {
+		when time.Duration
+		seq  int
+	}
+	var fired []key
+	var timers []*vclock.Timer
+	for i := 0; i < 5000; i++ {
+		d := time.Duration((i*7919)%1000) * time.Millisecond
+		seq := i
+		timers = append(timers, c.AfterFunc(d, func() { fired = append(fired, key{c.Since(vclock.Epoch), seq}) }))
+	}
+	stopped := 0
+	for i := 0; i < len(timers); i += 3 {
+		if timers[i].Stop() {
+			stopped++
+		}
+	}
+	require.Equal(t, 5000-stopped, c.Pending())
+	c.Advance(2 * time.Second)
+	require.Len(t, fired, 5000-stopped)
+	for i := 1; i < len(fired); i++ {
+		a, b := fired[i-1], fired[i]
+		require.True(t, a.when < b.when || (a.when == b.when && a.seq < b.seq), "%v before %v", a, b)
+	}
+}

@@ -67,7 +67,9 @@ func (e entry) before(o entry) bool {
 	return e.seq < o.seq
 }
 
-// timerHeap is a binary min-heap of entries by (deadline, sequence).
+// timerHeap is a 4-ary min-heap of entries by (deadline, sequence): half
+// the depth of a binary heap, and a node's four children share two cache
+// lines, which matters when a run holds 100k sleeping fibers.
 type timerHeap []entry
 
 func (h *timerHeap) push(e entry) {
@@ -75,7 +77,7 @@ func (h *timerHeap) push(e entry) {
 	s := *h
 	i := len(s) - 1
 	for i > 0 {
-		p := (i - 1) / 2
+		p := (i - 1) / 4
 		if !s[i].before(s[p]) {
 			break
 		}
@@ -99,13 +101,15 @@ func (h *timerHeap) pop() entry {
 func (s timerHeap) down(i int) {
 	n := len(s)
 	for {
-		l := 2*i + 1
-		if l >= n {
+		c := 4*i + 1
+		if c >= n {
 			return
 		}
-		m := l
-		if r := l + 1; r < n && s[r].before(s[l]) {
-			m = r
+		m := c
+		for k := c + 1; k < c+4 && k < n; k++ {
+			if s[k].before(s[m]) {
+				m = k
+			}
 		}
 		if !s[m].before(s[i]) {
 			return
@@ -116,7 +120,7 @@ func (s timerHeap) down(i int) {
 }
 
 func (s timerHeap) heapify() {
-	for i := len(s)/2 - 1; i >= 0; i-- {
+	for i := (len(s) - 2) / 4; i >= 0; i-- {
 		s.down(i)
 	}
 }
