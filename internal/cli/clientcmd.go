@@ -50,7 +50,7 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer c.Close()
-	r := Replica{ID: *id, Client: c, Key: *key, RPS: *rps, Duration: *duration, Fail: mode}
+	r := Replica{ID: *id, Client: c, Key: *key, RPS: *rps, Duration: *duration}
 	st := r.Run(ctx, nil)
 	printReplica(stdout, &st)
 	return 0

@@ -22,7 +22,6 @@ type Replica struct {
 	Key      string
 	RPS      float64
 	Duration time.Duration
-	Fail     client.FailMode
 	Phase    time.Duration // delay before the first attempt (counted in Duration)
 }
 
