@@ -80,8 +80,9 @@ func fmtDur(d time.Duration) string {
 	}
 }
 
-// Run makes attempts at RPS for Duration (or until ctx ends). snapshot, if
-// non-nil, may be called from another goroutine for live progress.
+// Run makes attempts at RPS on average for Duration (or until ctx ends) and
+// returns the counts. If live is non-nil it is updated after every attempt,
+// for progress shown by another goroutine.
 func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 	st := ReplicaStats{ID: r.ID}
 	end := time.Now().Add(r.Duration)
