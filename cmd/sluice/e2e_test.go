@@ -321,3 +321,17 @@ func shmDir(t *testing.T) string {
 	}
 	return t.TempDir()
 }
+
+// A second serve whose shm tables disagree with the live ones (another slot
+// count) refuses to start, naming the mismatch, and leaves the first serving.
+func TestServeShmMismatchRefusedAtStart(t *testing.T) {
+	dir := shmDir(t)
+	a := serve(t, "-store", "shm:"+dir, "-shm-slots", "1024")
+	out, err := exec.Command(binary, "serve", "-addr", "127.0.0.1:0", "-store", "shm:"+dir, "-shm-slots", "2048").CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s", out)
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.Contains(t, string(out), "policy mismatch")
+	assert.Equal(t, 200, get(t, a.URL+"/allow?key=k").status)
+	assert.Equal(t, 0, a.stop(t))
+}

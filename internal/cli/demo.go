@@ -45,7 +45,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "sluice demo: -rate/-burst: %v\n", err)
 		return 2
 	}
-	st, err := OpenStore(*storeSpec, time.Minute)
+	st, err := OpenStore(*storeSpec, StoreOptions{Sweep: time.Minute})
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "sluice demo: %v\n", err)
 		return 1

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
 	"github.com/sluice-go/sluice/service/store/shmstore"
+	"github.com/sluice-go/sluice/sharedbucket"
 )
 
 // ServeOptions are the settings of `sluice serve`.
@@ -25,6 +26,7 @@ type ServeOptions struct {
 	Burst        int64
 	Limits       string
 	Sweep        time.Duration
+	ShmSlots     int
 	Store        string
 	Shadow       bool
 	Fail         string
@@ -41,6 +43,8 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
 	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
 	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...]")
+	fs.IntVar(&o.ShmSlots, "shm-slots", sharedbucket.DefaultSlots,
+		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
 	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
 	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
 	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout, "bound on one store call")
@@ -82,13 +86,22 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// fewer GC cycles on the request path. GOGC in the environment wins.
 		debug.SetGCPercent(400)
 	}
-	st, err := OpenStore(o.Store, o.Sweep)
+	st, err := OpenStore(o.Store, StoreOptions{Sweep: o.Sweep, ShmSlots: o.ShmSlots})
 	if err != nil {
 		log.Error("cannot open store", "store", o.Store, "err", err)
 		return 1
 	}
 	cfg.Store = st
 	if sh, ok := st.(*shmstore.Store); ok {
+		policies := []store.Policy{cfg.Default}
+		for _, p := range cfg.Limits {
+			policies = append(policies, p)
+		}
+		if err := sh.Prepare(policies...); err != nil {
+			log.Error("cannot open the shm tables", "dir", sh.Dir(), "err", err)
+			_ = st.Close()
+			return 1
+		}
 		if on, err := sh.OnTmpfs(); err == nil && !on {
 			log.Warn("shm store directory is not on tmpfs: page writeback can stall decisions; prefer the default or a tmpfs DIR",
 				"dir", sh.Dir())

@@ -159,3 +159,16 @@ func (s *Store) OnTmpfs() (bool, error) {
 	}
 	return st.Type == unix.TMPFS_MAGIC, nil
 }
+
+// Prepare opens (creating if needed) the tables of the given policies now
+// rather than at their first request, so a mismatch with tables other
+// processes created (another slot count: sharedbucket.ErrPolicyMismatch)
+// shows at start-up instead of as failing requests.
+func (s *Store) Prepare(policies ...store.Policy) error {
+	for _, p := range policies {
+		if _, err := s.table(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
