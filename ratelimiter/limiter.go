@@ -25,6 +25,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/waitq"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/sharedbucket"
 )
@@ -78,14 +79,12 @@ type Limiter struct {
 	bucket    *sharedbucket.Bucket // non-nil with Shared
 	stopWatch func() bool          // unregisters the stop on New's ctx
 
-	mu       sync.Mutex // guards the fields below
-	tokens   int64      // whole tokens in the bucket; 0 whenever anyone waits
-	base     time.Time  // accrual origin: tokens accrue from here
-	credited int64      // whole tokens credited since base
-	prepaid  int64      // Shared: tokens taken from the table, not yet handed out
-	head     *waiter    // FIFO queue of parked Acquire calls
-	tail     *waiter
-	waiters  int
+	mu       sync.Mutex                   // guards the fields below
+	tokens   int64                        // whole tokens in the bucket; 0 whenever anyone waits
+	base     time.Time                    // accrual origin: tokens accrue from here
+	credited int64                        // whole tokens credited since base
+	prepaid  int64                        // Shared: tokens taken from the table, not yet handed out
+	queue    waitq.Queue[waiter, *waiter] // FIFO of parked callers
 	stopped  bool
 	timer    sched.Timer // created on first need, then Reset
 	armed    bool        // timer is armed for timerAt
@@ -96,14 +95,13 @@ type Limiter struct {
 // is reusable once Wait returns, and OnCancel is bound once per node), so a
 // parked Acquire allocates nothing in steady state.
 type waiter struct {
-	w          sched.Waiter
-	l          *Limiter
-	n          int64
-	got        int64 // tokens collected so far, as the head of the queue
-	err        error // set by Stop or a refusing table before Wake
-	queued     bool  // guarded by l.mu
-	granted    bool  // woken holding its n tokens; guarded by l.mu
-	prev, next *waiter
+	waitq.Links[waiter] // in the queue; guarded by the owner's mu
+	w                   sched.Waiter
+	l                   *Limiter
+	n                   int64
+	got                 int64 // tokens collected so far, as the head of the queue
+	err                 error // set by Stop or a refusing table before Wake
+	granted             bool  // woken holding its n tokens; guarded by l.mu
 }
 
 var waiterPool = sync.Pool{New: func() any {
@@ -245,11 +243,11 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 		waiterPool.Put(wt)
 		return err
 	}
-	l.push(wt)
+	l.queue.Push(wt)
 	if l.bucket != nil {
 		l.serveShared()
 	} else {
-		if wt == l.head {
+		if wt == l.queue.Front() {
 			// The new head takes what the bucket has (less than n, or
 			// tryLocked would have succeeded) and waits for the rest.
 			wt.got, l.tokens = l.tokens, 0
@@ -273,7 +271,7 @@ func (l *Limiter) tryLocked(n int64) (bool, error) {
 	if l.stopped {
 		return false, ErrStopped
 	}
-	if l.head != nil {
+	if l.queue.Front() != nil {
 		return false, nil
 	}
 	if l.bucket != nil {
@@ -320,8 +318,8 @@ func (l *Limiter) stop(unwatch bool) bool {
 		l.timer.Stop()
 		l.armed = false
 	}
-	for wt := l.head; wt != nil; wt = l.head {
-		l.remove(wt)
+	for wt := l.queue.Front(); wt != nil; wt = l.queue.Front() {
+		l.queue.Remove(wt)
 		wt.got = 0 // nothing is handed out any more
 		wt.err = ErrStopped
 		wt.w.Wake() // false: cancelled meanwhile, it returns ctx.Err()
@@ -345,7 +343,7 @@ func (l *Limiter) Tokens() float64 {
 	}
 	l.credit(now)
 	t := float64(l.tokens)
-	if l.waiters == 0 && l.tokens < l.burst {
+	if l.queue.Len() == 0 && l.tokens < l.burst {
 		// credit has handed out every whole token, so what accrued beyond
 		// them is the fraction of the next one.
 		_, frac := l.accrued(now.Sub(l.base))
@@ -358,7 +356,7 @@ func (l *Limiter) Tokens() float64 {
 func (l *Limiter) Waiters() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.waiters
+	return l.queue.Len()
 }
 
 // Running reports whether the limiter still refills (Stop not called, New's

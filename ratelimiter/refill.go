@@ -63,7 +63,7 @@ func (l *Limiter) due(k int64) time.Duration {
 // credit hands out every whole token accrued by now: to the head of the
 // queue first, then into the bucket up to Burst. l.mu is held.
 func (l *Limiter) credit(now time.Time) {
-	if l.waiters == 0 && l.tokens >= l.burst {
+	if l.queue.Len() == 0 && l.tokens >= l.burst {
 		l.base, l.credited = now, 0
 		return
 	}
@@ -79,15 +79,15 @@ func (l *Limiter) credit(now time.Time) {
 // give hands k tokens to the waiters from the head, in order, and the rest
 // to the bucket, which keeps at most Burst. l.mu is held.
 func (l *Limiter) give(k int64, now time.Time) {
-	for k > 0 && l.head != nil {
-		wt := l.head
+	for k > 0 && l.queue.Front() != nil {
+		wt := l.queue.Front()
 		take := min(wt.n-wt.got, k)
 		wt.got += take
 		k -= take
 		if wt.got < wt.n {
 			break // k is 0: the head still waits for more
 		}
-		l.remove(wt)
+		l.queue.Remove(wt)
 		wt.granted = true
 		if !wt.w.Wake() {
 			// Its cancellation won the race; its OnCancel will find it out
@@ -100,7 +100,7 @@ func (l *Limiter) give(k int64, now time.Time) {
 	if k > 0 {
 		l.tokens = min(l.tokens+min(k, l.burst), l.burst)
 	}
-	if l.waiters == 0 && l.tokens >= l.burst {
+	if l.queue.Len() == 0 && l.tokens >= l.burst {
 		// Full: nothing accrues from now on, fraction included.
 		l.base, l.credited = now, 0
 	}
@@ -109,7 +109,7 @@ func (l *Limiter) give(k int64, now time.Time) {
 // arm makes sure the refill timer fires when the next whole token accrues,
 // if anyone waits for it, and disarms it otherwise. l.mu is held.
 func (l *Limiter) arm(now time.Time) {
-	if l.stopped || l.waiters == 0 {
+	if l.stopped || l.queue.Len() == 0 {
 		if l.armed {
 			l.timer.Stop()
 			l.armed = false
@@ -162,9 +162,9 @@ func (wt *waiter) cancel() {
 	l := wt.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wasHead := l.head == wt
-	if wt.queued {
-		l.remove(wt)
+	wasHead := l.queue.Front() == wt
+	if wt.Queued() {
+		l.queue.Remove(wt)
 	}
 	if l.stopped {
 		return
@@ -181,32 +181,6 @@ func (wt *waiter) cancel() {
 	wt.got = 0
 	l.give(got, now)
 	l.arm(now)
-}
-
-func (l *Limiter) push(wt *waiter) {
-	wt.prev, wt.next, wt.queued = l.tail, nil, true
-	if l.tail != nil {
-		l.tail.next = wt
-	} else {
-		l.head = wt
-	}
-	l.tail = wt
-	l.waiters++
-}
-
-func (l *Limiter) remove(wt *waiter) {
-	if wt.prev != nil {
-		wt.prev.next = wt.next
-	} else {
-		l.head = wt.next
-	}
-	if wt.next != nil {
-		wt.next.prev = wt.prev
-	} else {
-		l.tail = wt.prev
-	}
-	wt.prev, wt.next, wt.queued = nil, nil, false
-	l.waiters--
 }
 
 // wait parks on wt. When a run loop stops the parked fiber instead of
@@ -232,11 +206,11 @@ func (l *Limiter) wait(ctx context.Context, wt *waiter) error {
 func (l *Limiter) abandon(wt *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wasHead := l.head == wt
+	wasHead := l.queue.Front() == wt
 	var back int64
 	switch {
-	case wt.queued:
-		l.remove(wt)
+	case wt.Queued():
+		l.queue.Remove(wt)
 		back = wt.got
 	case wt.granted:
 		back = wt.n

@@ -50,9 +50,9 @@ func (l *Limiter) takeShared(n int64) bool {
 // serveShared serves the queue from its head while the table grants, then
 // arms the timer for the head's retry. l.mu is held.
 func (l *Limiter) serveShared() {
-	for wt := l.head; wt != nil; wt = l.head {
+	for wt := l.queue.Front(); wt != nil; wt = l.queue.Front() {
 		if l.takeShared(wt.n) {
-			l.remove(wt)
+			l.queue.Remove(wt)
 			wt.granted = true
 			if !wt.w.Wake() {
 				wt.granted = false
@@ -65,7 +65,7 @@ func (l *Limiter) serveShared() {
 		d := l.bucket.RetryAfter(wt.n - min(l.prepaid, wt.n))
 		if d == sharedbucket.Never {
 			// Only a closed table (or a cost it cannot take) says never.
-			l.remove(wt)
+			l.queue.Remove(wt)
 			wt.err = fmt.Errorf("ratelimiter: shared table %s refuses n=%d for good (closed?)", l.table.Path(), wt.n)
 			wt.w.Wake()
 			continue

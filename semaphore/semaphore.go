@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluice-go/sluice/internal/waitq"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -38,25 +39,22 @@ var (
 type Semaphore struct {
 	size int64
 
-	mu      sync.Mutex // guards the fields below
-	avail   int64      // free permits; size − avail are held
-	head    *waiter    // the FIFO queue of parked Acquire calls
-	tail    *waiter
-	waiters int
-	closed  error // set once by Close; nil while open
+	mu     sync.Mutex                   // guards the fields below
+	avail  int64                        // free permits; size − avail are held
+	queue  waitq.Queue[waiter, *waiter] // FIFO of parked callers
+	closed error                        // set once by Close; nil while open
 }
 
 // A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
 // is reusable once Wait has returned, and OnCancel is bound once per node, so
 // a parked Acquire allocates nothing in steady state.
 type waiter struct {
-	w          sched.Waiter
-	s          *Semaphore
-	n          int64
-	err        error // set by Close before Wake: the error Acquire returns
-	queued     bool  // in s's queue; guarded by s.mu
-	granted    bool  // woken with its n permits; guarded by s.mu
-	prev, next *waiter
+	waitq.Links[waiter] // in the queue; guarded by the owner's mu
+	w                   sched.Waiter
+	s                   *Semaphore
+	n                   int64
+	err                 error // set by Close before Wake: the error Acquire returns
+	granted             bool  // woken with its n permits; guarded by s.mu
 }
 
 var waiterPool = sync.Pool{New: func() any {
@@ -117,7 +115,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		waiterPool.Put(wt)
 		return err
 	}
-	s.push(wt)
+	s.queue.Push(wt)
 	s.mu.Unlock()
 
 	err := s.wait(ctx, wt)
@@ -153,9 +151,9 @@ func (s *Semaphore) abandon(wt *waiter) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case wt.queued:
-		wasHead := s.head == wt
-		s.remove(wt)
+	case wt.Queued():
+		wasHead := s.queue.Front() == wt
+		s.queue.Remove(wt)
 		if wasHead {
 			s.grantLocked()
 		}
@@ -173,7 +171,7 @@ func (s *Semaphore) tryLocked(n int64) (bool, error) {
 		return false, s.closed
 	case n > s.size:
 		return false, fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
-	case s.head == nil && s.avail >= n:
+	case s.queue.Front() == nil && s.avail >= n:
 		s.avail -= n
 		return true, nil
 	}
@@ -188,7 +186,7 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
 	s.mu.Lock()
-	ok := s.closed == nil && s.head == nil && s.avail >= n
+	ok := s.closed == nil && s.queue.Front() == nil && s.avail >= n
 	if ok {
 		s.avail -= n
 	}
@@ -220,8 +218,8 @@ func (s *Semaphore) Release(n int64) {
 // a steady trickle of small requests can never starve a large one. s.mu is
 // held.
 func (s *Semaphore) grantLocked() {
-	for wt := s.head; wt != nil && s.avail >= wt.n; wt = s.head {
-		s.remove(wt)
+	for wt := s.queue.Front(); wt != nil && s.avail >= wt.n; wt = s.queue.Front() {
+		s.queue.Remove(wt)
 		s.avail -= wt.n
 		wt.granted = true
 		if !wt.w.Wake() {
@@ -240,9 +238,9 @@ func (s *Semaphore) grantLocked() {
 func (wt *waiter) cancel() {
 	s := wt.s
 	s.mu.Lock()
-	if wt.queued {
-		wasHead := s.head == wt
-		s.remove(wt)
+	if wt.Queued() {
+		wasHead := s.queue.Front() == wt
+		s.queue.Remove(wt)
 		if wasHead {
 			s.grantLocked()
 		}
@@ -263,8 +261,8 @@ func (s *Semaphore) Close(err error) {
 		return
 	}
 	s.closed = err
-	for wt := s.head; wt != nil; wt = s.head {
-		s.remove(wt)
+	for wt := s.queue.Front(); wt != nil; wt = s.queue.Front() {
+		s.queue.Remove(wt)
 		wt.err = err
 		wt.w.Wake() // false: it was cancelled meanwhile and returns ctx.Err()
 	}
@@ -282,34 +280,8 @@ func (s *Semaphore) Available() int64 {
 func (s *Semaphore) Waiters() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.waiters
+	return s.queue.Len()
 }
 
 // Size returns the semaphore's size, as given to New.
 func (s *Semaphore) Size() int64 { return s.size }
-
-func (s *Semaphore) push(wt *waiter) {
-	wt.prev, wt.next, wt.queued = s.tail, nil, true
-	if s.tail != nil {
-		s.tail.next = wt
-	} else {
-		s.head = wt
-	}
-	s.tail = wt
-	s.waiters++
-}
-
-func (s *Semaphore) remove(wt *waiter) {
-	if wt.prev != nil {
-		wt.prev.next = wt.next
-	} else {
-		s.head = wt.next
-	}
-	if wt.next != nil {
-		wt.next.prev = wt.prev
-	} else {
-		s.tail = wt.prev
-	}
-	wt.prev, wt.next, wt.queued = nil, nil, false
-	s.waiters--
-}

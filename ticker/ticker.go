@@ -22,6 +22,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/waitq"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -41,14 +42,12 @@ type Ticker struct {
 
 	mu       sync.Mutex // guards the fields below
 	period   time.Duration
-	start    time.Time // boundary k is start + k·period
-	last     int64     // boundaries 1..last are consumed or skipped
-	consumed uint64    // boundaries delivered by Next, since New
-	skipped  uint64    // boundaries passed over, since New (up to last)
-	before   uint64    // boundaries that passed before the last Reset
-	head     *waiter   // FIFO queue of waiting Next calls
-	tail     *waiter
-	waiters  int
+	start    time.Time                    // boundary k is start + k·period
+	last     int64                        // boundaries 1..last are consumed or skipped
+	consumed uint64                       // boundaries delivered by Next, since New
+	skipped  uint64                       // boundaries passed over, since New (up to last)
+	before   uint64                       // boundaries that passed before the last Reset
+	queue    waitq.Queue[waiter, *waiter] // FIFO of parked callers
 	stopped  bool
 	timer    sched.Timer
 	armed    bool
@@ -65,12 +64,11 @@ type Stats struct {
 }
 
 type waiter struct {
-	w          sched.Waiter
-	t          *Ticker
-	at         time.Time // the boundary delivered
-	err        error     // set by Stop before Wake
-	queued     bool
-	prev, next *waiter
+	waitq.Links[waiter] // in the queue; guarded by the owner's mu
+	w                   sched.Waiter
+	t                   *Ticker
+	at                  time.Time // the boundary delivered
+	err                 error     // set by Stop before Wake
 }
 
 var waiterPool = sync.Pool{New: func() any {
@@ -167,7 +165,7 @@ func (t *Ticker) Next(ctx context.Context) (time.Time, error) {
 		waiterPool.Put(wt)
 		return at, err
 	}
-	t.push(wt)
+	t.queue.Push(wt)
 	t.arm(t.clock.Now())
 	t.mu.Unlock()
 
@@ -205,7 +203,7 @@ func (t *Ticker) tryLocked() (time.Time, bool, error) {
 	if t.stopped {
 		return time.Time{}, false, ErrStopped
 	}
-	if t.head != nil {
+	if t.queue.Front() != nil {
 		return time.Time{}, false, nil
 	}
 	if k := t.passed(t.clock.Now()); k > t.last {
@@ -227,8 +225,8 @@ func (t *Ticker) take(k int64) time.Time {
 // held.
 func (t *Ticker) serve(now time.Time) {
 	k := t.passed(now)
-	for wt := t.head; wt != nil && k > t.last; wt = t.head {
-		t.remove(wt)
+	for wt := t.queue.Front(); wt != nil && k > t.last; wt = t.queue.Front() {
+		t.queue.Remove(wt)
 		at := t.start.Add(time.Duration(k) * t.period)
 		if wt.at = at; wt.w.Wake() {
 			t.take(k)
@@ -240,7 +238,7 @@ func (t *Ticker) serve(now time.Time) {
 // arm keeps the timer armed for the next boundary while anyone waits, and
 // disarms it otherwise. t.mu is held.
 func (t *Ticker) arm(now time.Time) {
-	if t.stopped || t.head == nil {
+	if t.stopped || t.queue.Front() == nil {
 		if t.armed {
 			t.timer.Stop()
 			t.armed = false
@@ -278,8 +276,8 @@ func (wt *waiter) cancel() {
 	t := wt.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if wt.queued {
-		t.remove(wt)
+	if wt.Queued() {
+		t.queue.Remove(wt)
 		if !t.stopped {
 			now := t.clock.Now()
 			t.serve(now) // a boundary it was about to get goes to the next
@@ -307,8 +305,8 @@ func (t *Ticker) stop(unwatch bool) bool {
 		t.timer.Stop()
 		t.armed = false
 	}
-	for wt := t.head; wt != nil; wt = t.head {
-		t.remove(wt)
+	for wt := t.queue.Front(); wt != nil; wt = t.queue.Front() {
+		t.queue.Remove(wt)
 		wt.err = ErrStopped
 		wt.w.Wake()
 	}
@@ -363,31 +361,5 @@ func (t *Ticker) Period() time.Duration {
 func (t *Ticker) Waiters() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.waiters
-}
-
-func (t *Ticker) push(wt *waiter) {
-	wt.prev, wt.next, wt.queued = t.tail, nil, true
-	if t.tail != nil {
-		t.tail.next = wt
-	} else {
-		t.head = wt
-	}
-	t.tail = wt
-	t.waiters++
-}
-
-func (t *Ticker) remove(wt *waiter) {
-	if wt.prev != nil {
-		wt.prev.next = wt.next
-	} else {
-		t.head = wt.next
-	}
-	if wt.next != nil {
-		wt.next.prev = wt.prev
-	} else {
-		t.tail = wt.prev
-	}
-	wt.prev, wt.next, wt.queued = nil, nil, false
-	t.waiters--
+	return t.queue.Len()
 }
