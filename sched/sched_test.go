@@ -564,15 +564,24 @@ func TestWakeVersusCancelNeverLosesAGrant(t *testing.T) {
 		w := &sched.Waiter{Reason: mode}
 		w.OnCancel = func() { refunded.Add(1) }
 		w.Prepare(cctx)
+		var wg sync.WaitGroup
+		wg.Add(2)
 		go func() {
+			defer wg.Done()
 			if w.Wake() {
 				granted.Add(1)
 			}
 		}()
-		go cancel()
+		go func() {
+			defer wg.Done()
+			cancel()
+		}()
 		if w.Wait(cctx) == nil {
 			received.Add(1)
 		}
+		// The waker counts its success after Wake returns, which may be
+		// after the waiter has already resumed: wait for both racers.
+		wg.Wait()
 		cancel()
 	}
 	for i := 0; i < rounds; i++ {
