@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -499,21 +501,12 @@ func TestGoexitInAFiberEndsRunsGoroutine(t *testing.T) {
 	assert.False(t, after.Load(), "Run returned instead of the goroutine exiting")
 }
 
-// t.Fatal inside a fiber fails the test as it would on the test goroutine.
-// It runs in a subprocess-free way: a subtest that must fail, observed
-// through a fake testing.TB is not possible, so check the mechanism above
-// and here that FailNow inside a fiber stops the subtest's goroutine.
-func TestFailNowInsideAFiberStopsTheTest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("exercised by TestGoexitInAFiberEndsRunsGoroutine")
-	}
-	ok := t.Run("inner", func(t *testing.T) {
-		t.Skip("a skipped subtest: SkipNow is runtime.Goexit too")
-		_ = runV(func(ctx context.Context) error { return nil })
-	})
-	assert.True(t, ok)
+// t.SkipNow inside a fiber ends the subtest as it would on the test
+// goroutine (SkipNow, like FailNow, is runtime.Goexit): the subtest reports
+// skipped, not wedged and not failed, and no code after Run executes.
+func TestSkipNowInsideAFiberEndsTheSubtest(t *testing.T) {
 	reached := false
-	ok = t.Run("skip-in-fiber", func(t *testing.T) {
+	ok := t.Run("skip-in-fiber", func(t *testing.T) {
 		_ = runV(func(ctx context.Context) error {
 			sched.Go(ctx, func(ctx context.Context) error { return sched.Sleep(ctx, time.Hour) })
 			_ = sched.Sleep(ctx, time.Second)
@@ -631,4 +624,32 @@ func TestStoppedFiberRunsOnCancel(t *testing.T) {
 	var dl *sched.DeadlockError
 	require.ErrorAs(t, err, &dl)
 	assert.Equal(t, 1, cancelled)
+}
+
+// t.Fatal inside a fiber fails the test and ends it, as on the test
+// goroutine: checked in a child process (a failing test cannot be observed
+// from inside the same binary without failing it), which must fail with
+// the message, promptly, and without a leak report from goleak.
+func TestFatalInsideAFiberFailsTheTest(t *testing.T) {
+	if os.Getenv("SLUICE_SCHED_FATAL_CHILD") == "1" {
+		_ = runV(func(ctx context.Context) error {
+			sched.Go(ctx, func(ctx context.Context) error { return sched.Sleep(ctx, time.Hour) })
+			_ = sched.Sleep(ctx, time.Second)
+			t.Fatal("fatal from inside a fiber")
+			return nil
+		})
+		t.Error("unreachable: Run returned after t.Fatal")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestFatalInsideAFiberFailsTheTest$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SLUICE_SCHED_FATAL_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the child must fail: %s", out)
+	assert.Contains(t, string(out), "fatal from inside a fiber")
+	assert.Contains(t, string(out), "--- FAIL: TestFatalInsideAFiberFailsTheTest")
+	assert.NotContains(t, string(out), "unreachable")
+	assert.NotContains(t, string(out), "found unexpected goroutines", "fibers leaked")
 }
