@@ -370,8 +370,7 @@ func (l *loop) shutdown(root *loopCtx) {
 		w.stop()
 	}
 	l.idle = nil
-	for f := l.runq.pop(); f != nil; f = l.runq.pop() {
-	}
+	l.runq = fiberQueue{}
 }
 
 // callerSite returns file:line of the first caller outside this module's
