@@ -3,6 +3,7 @@ package sched_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"runtime"
 	"sync"
 	"testing"
@@ -145,6 +146,40 @@ func BenchmarkVirtualTimers(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(fibers*sleeps*b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
+
+// BenchmarkCoroutineFloor is the baseline for BenchmarkVirtualTimers: the
+// bare runtime primitive under the fibers, one iter.Pull resume of a
+// coroutine picked in a scattered order among N suspended ones, with no
+// scheduler, timer or wait around it. Its cost at N=100000 bounds what any
+// coroutine-backed fiber can do per wake on this machine.
+func BenchmarkCoroutineFloor(b *testing.B) {
+	for _, n := range []int{100_000, 10_000, 1_000} {
+		b.Run(fmt.Sprintf("fibers=%d", n), func(b *testing.B) {
+			nexts := make([]func() (struct{}, bool), n)
+			stops := make([]func(), n)
+			for i := range nexts {
+				nexts[i], stops[i] = iter.Pull(func(yield func(struct{}) bool) {
+					for yield(struct{}{}) {
+					}
+				})
+			}
+			defer func() {
+				for _, stop := range stops {
+					stop()
+				}
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			j := 0
+			for i := 0; i < b.N; i++ {
+				j = (j + 7919) % n // a prime stride: every coroutine, scattered
+				nexts[j]()
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
 }
