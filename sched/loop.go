@@ -386,7 +386,7 @@ func callerSite() string {
 		if first == "" {
 			first = loc
 		}
-		if !isLibraryFile(fr.File) {
+		if !isLibraryFrame(fr) {
 			return loc
 		}
 		if !more {
@@ -403,15 +403,15 @@ var moduleRoot = func() string {
 	return filepath.Dir(filepath.Dir(file))
 }()
 
-func isLibraryFile(file string) bool {
-	if strings.HasSuffix(file, "_test.go") {
-		return false
-	}
-	if strings.HasPrefix(file, runtime.GOROOT()) || strings.Contains(file, "/src/runtime/") || strings.Contains(file, "/src/iter/") {
+func isLibraryFrame(fr runtime.Frame) bool {
+	if strings.HasPrefix(fr.Function, "runtime.") || strings.HasPrefix(fr.Function, "iter.") {
 		return true
 	}
+	if strings.HasSuffix(fr.File, "_test.go") {
+		return false
+	}
 	for _, d := range libraryDirs {
-		if strings.HasPrefix(file, moduleRoot+"/"+d+"/") {
+		if strings.HasPrefix(fr.File, moduleRoot+"/"+d+"/") {
 			return true
 		}
 	}

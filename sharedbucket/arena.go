@@ -58,16 +58,9 @@ func (a *Arena) Rate(name string, p Policy, opts ...Option) (*Table, error) {
 		return nil, ErrClosed
 	}
 	if t, ok := a.tables[name]; ok && !t.closed.Load() {
-		c, err := p.canon()
+		c, cfg, err := prepare(p, opts)
 		if err != nil {
 			return nil, err
-		}
-		cfg := defaultConfig()
-		for _, o := range opts {
-			o(&cfg)
-		}
-		if cfg.err != nil {
-			return nil, cfg.err
 		}
 		if c != (canon{interval: t.interval, burst: t.burst}) || roundSlots(cfg.slots) != t.nslots {
 			return nil, fmt.Errorf("sharedbucket: arena %s: %q: %w: open as %v in %d slots, asked for %v in %d slots",

@@ -62,16 +62,9 @@ const maxOpenAttempts = 64
 // An invalid policy or option is an error naming the bad value. The returned
 // Table is safe for concurrent use and must be closed with Close.
 func Open(path string, p Policy, opts ...Option) (*Table, error) {
-	c, err := p.canon()
+	c, cfg, err := prepare(p, opts)
 	if err != nil {
 		return nil, err
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.err != nil {
-		return nil, cfg.err
 	}
 	if path == "" {
 		return nil, errors.New("sharedbucket: Open: empty path")

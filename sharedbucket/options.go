@@ -111,3 +111,17 @@ func roundSlots(n int) int {
 	}
 	return s
 }
+
+// prepare validates p and applies opts: what Open and Arena.Rate both need
+// before they touch a file. An invalid value is an error naming it.
+func prepare(p Policy, opts []Option) (canon, config, error) {
+	c, err := p.canon()
+	if err != nil {
+		return canon{}, config{}, err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return c, cfg, cfg.err
+}

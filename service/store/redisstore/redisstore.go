@@ -61,28 +61,33 @@ func Open(url string) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	opt.MaxRetries = -1
-	// Why shorter than go-redis's defaults (5 s dial, 3 s I/O): a limiter
-	// on the request path must answer or fail fast.
-	if opt.DialTimeout == 0 {
-		opt.DialTimeout = DefaultDialTimeout
-	}
-	if opt.ReadTimeout == 0 {
-		opt.ReadTimeout = DefaultIOTimeout
-	}
-	if opt.WriteTimeout == 0 {
-		opt.WriteTimeout = DefaultIOTimeout
-	}
-	// Why: the service passes its per-request deadline in ctx; let it bound
-	// the socket read too.
+	failFast(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
 	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true // no CLIENT SETINFO round trip on old servers
-	if opt.Protocol == 0 {
-		// RESP2: the script returns a flat integer array either way, and
-		// RESP3 makes go-redis check every reply for push notifications
-		// (about 6% of the request's CPU, profiled).
-		opt.Protocol = 2
-	}
+	opt.DisableIdentity = true
 	return New(redis.NewClient(opt)), nil
+}
+
+// failFast fills in the settings that Open and OpenCluster share where the
+// URL left them unset. Why shorter timeouts than go-redis's defaults (5 s
+// dial, 3 s I/O): a limiter on the request path must answer or fail fast.
+// Why RESP2: the script returns a flat integer array either way, and RESP3
+// makes go-redis check every reply for push notifications (about 6% of the
+// request's CPU, profiled). The callers also set ContextTimeoutEnabled (the
+// service's per-request deadline in ctx bounds the socket read too) and
+// DisableIdentity (no CLIENT SETINFO round trip on old servers).
+func failFast(dial, read, write *time.Duration, protocol *int) {
+	if *dial == 0 {
+		*dial = DefaultDialTimeout
+	}
+	if *read == 0 {
+		*read = DefaultIOTimeout
+	}
+	if *write == 0 {
+		*write = DefaultIOTimeout
+	}
+	if *protocol == 0 {
+		*protocol = 2
+	}
 }
 
 // OpenCluster connects to a Redis Cluster. The URL has Open's form with the
@@ -109,20 +114,9 @@ func OpenCluster(url string) (*Store, error) {
 	}
 	opt.MaxRetries = -1
 	opt.MaxRedirects = -1
-	if opt.DialTimeout == 0 {
-		opt.DialTimeout = DefaultDialTimeout
-	}
-	if opt.ReadTimeout == 0 {
-		opt.ReadTimeout = DefaultIOTimeout
-	}
-	if opt.WriteTimeout == 0 {
-		opt.WriteTimeout = DefaultIOTimeout
-	}
+	failFast(&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
-	if opt.Protocol == 0 {
-		opt.Protocol = 2
-	}
 	return New(redis.NewClusterClient(opt)), nil
 }
 
