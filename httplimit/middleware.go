@@ -6,12 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/service/store"
 )
+
+// MaxKeyLen is the longest key, in bytes, a Middleware limits by (the same
+// bound as `sluice serve`'s /allow). A longer or an empty key is answered
+// with 400: either would otherwise be a store's error, and under FailOpen a
+// way around the limit.
+const MaxKeyLen = 256
 
 // DefaultStoreTimeout bounds one store call of a Middleware whose store does
 // I/O (Redis, the service), as `sluice serve` does.
@@ -43,8 +50,8 @@ type Middleware struct {
 	storeDown atomic.Bool // for logging transitions only
 }
 
-// Option configures NewMiddleware.
-type Option func(*mwConfig)
+// MiddlewareOption configures NewMiddleware.
+type MiddlewareOption func(*mwConfig)
 
 type mwConfig struct {
 	key      func(*http.Request) (string, error)
@@ -61,14 +68,15 @@ type mwConfig struct {
 // X-Forwarded-For are believed only when the peer is one of trustedProxies
 // (IPs or CIDR prefixes, "10.0.0.0/8"), and only back through the chain of
 // trusted hops; with none given, the key is the peer address itself, which
-// nobody can forge.
-func KeyByIP(trustedProxies ...string) Option {
+// nobody can forge. A request whose peer is not an IP (a server on a Unix
+// socket) gets 400 (ErrNoClientIP): key such servers by header or function.
+func KeyByIP(trustedProxies ...string) MiddlewareOption {
 	return func(c *mwConfig) { c.key, c.trusted = nil, trustedProxies }
 }
 
 // KeyByHeader limits by the value of a request header (an API key, a tenant
 // id). A request without the header gets 400.
-func KeyByHeader(name string) Option {
+func KeyByHeader(name string) MiddlewareOption {
 	canon := http.CanonicalHeaderKey(name)
 	return KeyFunc(func(r *http.Request) (string, error) {
 		if v := r.Header[canon]; len(v) > 0 && v[0] != "" {
@@ -80,14 +88,14 @@ func KeyByHeader(name string) Option {
 
 // KeyFunc limits by the key f returns. An error from f answers the request
 // with 400 and the error's text.
-func KeyFunc(f func(*http.Request) (string, error)) Option {
+func KeyFunc(f func(*http.Request) (string, error)) MiddlewareOption {
 	return func(c *mwConfig) { c.key = f }
 }
 
 // Limits gives some keys a policy of their own; other keys get the
 // default policy passed to NewMiddleware. A policy without a Name is named
 // after its key.
-func Limits(byKey map[string]store.Policy) Option {
+func Limits(byKey map[string]store.Policy) MiddlewareOption {
 	return func(c *mwConfig) { c.limits = byKey }
 }
 
@@ -95,20 +103,20 @@ func Limits(byKey map[string]store.Policy) Option {
 // store with different policies (one per route, say) need distinct prefixes,
 // or the same key would be counted under two policies at once. It costs one
 // small allocation per request.
-func KeyPrefix(prefix string) Option {
+func KeyPrefix(prefix string) MiddlewareOption {
 	return func(c *mwConfig) { c.prefix = prefix }
 }
 
 // FailOpen lets requests through while the store fails (the default).
-func FailOpen() Option { return func(c *mwConfig) { c.failOpen = true } }
+func FailOpen() MiddlewareOption { return func(c *mwConfig) { c.failOpen = true } }
 
 // FailClosed answers 429 with Retry-After: 1 while the store fails.
-func FailClosed() Option { return func(c *mwConfig) { c.failOpen = false } }
+func FailClosed() MiddlewareOption { return func(c *mwConfig) { c.failOpen = false } }
 
 // StoreTimeout bounds each call to a store that does I/O (default
 // DefaultStoreTimeout). In-process stores (store.InProcess) are never
 // bounded: they do not wait.
-func StoreTimeout(d time.Duration) Option {
+func StoreTimeout(d time.Duration) MiddlewareOption {
 	return func(c *mwConfig) {
 		if d <= 0 {
 			c.err = fmt.Errorf("httplimit: store timeout %v: must be positive", d)
@@ -118,11 +126,11 @@ func StoreTimeout(d time.Duration) Option {
 }
 
 // Logger sets where store outages are logged (default slog.Default()).
-func Logger(l *slog.Logger) Option { return func(c *mwConfig) { c.log = l } }
+func Logger(l *slog.Logger) MiddlewareOption { return func(c *mwConfig) { c.log = l } }
 
 // NewMiddleware returns a Middleware that limits each key to p over s. The
 // policy is named "default" when p.Name is empty.
-func NewMiddleware(s store.Store, p store.Policy, opts ...Option) (*Middleware, error) {
+func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Middleware, error) {
 	if s == nil {
 		return nil, errors.New("httplimit: store is nil")
 	}
@@ -195,8 +203,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // whether r may go on.
 func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	key, err := m.key(r)
-	if err != nil {
+	switch {
+	case err != nil:
 		limitresponse.WriteError(w, http.StatusBadRequest, err.Error())
+		return false
+	case key == "":
+		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: empty rate-limit key")
+		return false
+	case len(key) > MaxKeyLen:
+		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: rate-limit key over "+strconv.Itoa(MaxKeyLen)+" bytes")
 		return false
 	}
 	e := m.def

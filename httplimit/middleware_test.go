@@ -193,10 +193,24 @@ func TestKeyByHeaderAndKeyFuncErrors(t *testing.T) {
 	assert.Equal(t, 429, get(t, ts.URL, "X-Api-Key", "a").status)
 	assert.Equal(t, 200, get(t, ts.URL, "X-Api-Key", "b").status, "another key, another bucket")
 
+	long := strings.Repeat("k", httplimit.MaxKeyLen+1)
+	r = get(t, ts.URL, "X-Api-Key", long)
+	assert.Equal(t, 400, r.status, "a key the service would refuse must not become a store error (fail open)")
+	assert.Contains(t, r.body, "over 256 bytes")
+	assert.Equal(t, 200, get(t, ts.URL, "X-Api-Key", long[1:]).status)
+
+	lim, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1},
+		httplimit.KeyFunc(func(*http.Request) (string, error) { return "", nil }))
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	lim.Handler(hello).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, 400, w.Code)
+	assert.JSONEq(t, `{"error":"httplimit: empty rate-limit key"}`, w.Body.String())
+
 	lim, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1},
 		httplimit.KeyFunc(func(*http.Request) (string, error) { return "", errors.New("no tenant") }))
 	require.NoError(t, err)
-	w := httptest.NewRecorder()
+	w = httptest.NewRecorder()
 	lim.Handler(hello).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 	assert.Equal(t, 400, w.Code)
 	assert.JSONEq(t, `{"error":"no tenant"}`, w.Body.String())
@@ -268,7 +282,7 @@ func TestStoreFailure(t *testing.T) {
 			mem, _ := memory(t)
 			fs := &flaky{Store: mem}
 			var logs syncBuffer
-			opts := []httplimit.Option{httplimit.Logger(slog.New(slog.NewTextHandler(&logs, nil)))}
+			opts := []httplimit.MiddlewareOption{httplimit.Logger(slog.New(slog.NewTextHandler(&logs, nil)))}
 			if !open {
 				opts = append(opts, httplimit.FailClosed())
 			}

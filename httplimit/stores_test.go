@@ -18,7 +18,7 @@ import (
 
 // twoHosts serves two loopback servers, each with its own middleware over
 // its own store (as two hosts would have), and returns their URLs.
-func twoHosts(t *testing.T, stores [2]store.Store, p store.Policy, opts ...httplimit.Option) [2]string {
+func twoHosts(t *testing.T, stores [2]store.Store, p store.Policy, opts ...httplimit.MiddlewareOption) [2]string {
 	var urls [2]string
 	for i, st := range stores {
 		lim, err := httplimit.NewMiddleware(st, p, opts...)
