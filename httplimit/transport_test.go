@@ -402,3 +402,38 @@ type closeSpy struct {
 }
 
 func (c *closeSpy) Close() error { c.closed = true; return nil }
+
+// TestTransportLoopbackHold runs the hold end to end over real loopback HTTP
+// and real time: after a 429 with Retry-After: 1, the next request reaches
+// the server no sooner than a second later. (The second of real time is the
+// behaviour under test, not a wait for state.)
+func TestTransportLoopbackHold(t *testing.T) {
+	var mu sync.Mutex
+	var arrivals []time.Time
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		first := len(arrivals) == 1
+		mu.Unlock()
+		if first {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	lim, err := ratelimiter.New(context.Background(), 100, 5)
+	require.NoError(t, err)
+	defer lim.Stop()
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	defer base.CloseIdleConnections()
+	c := &http.Client{Transport: httplimit.Transport(base, lim)}
+	for _, want := range []int{429, 200} {
+		resp, err := c.Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, want, resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, arrivals, 2)
+	assert.GreaterOrEqual(t, arrivals[1].Sub(arrivals[0]), time.Second)
+}
