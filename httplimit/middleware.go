@@ -14,8 +14,8 @@ import (
 	"github.com/sluice-go/sluice/service/store"
 )
 
-// MaxKeyLen is the longest key, in bytes, a Middleware limits by (the same
-// bound as `sluice serve`'s /allow). A longer or an empty key is answered
+// MaxKeyLen is the longest key, in bytes, a Middleware limits by, KeyPrefix
+// included (the same bound as `sluice serve`'s /allow). A longer or an empty key is answered
 // with 400: either would otherwise be a store's error, and under FailOpen a
 // way around the limit.
 const MaxKeyLen = 256
@@ -141,6 +141,9 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if c.err != nil {
 		return nil, c.err
 	}
+	if len(c.prefix) >= MaxKeyLen {
+		return nil, fmt.Errorf("httplimit: key prefix of %d bytes leaves no room for a key (MaxKeyLen %d)", len(c.prefix), MaxKeyLen)
+	}
 	def, err := newPolicy(p, "default")
 	if err != nil {
 		return nil, err
@@ -210,8 +213,8 @@ func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	case key == "":
 		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: empty rate-limit key")
 		return false
-	case len(key) > MaxKeyLen:
-		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: rate-limit key over "+strconv.Itoa(MaxKeyLen)+" bytes")
+	case len(m.prefix)+len(key) > MaxKeyLen:
+		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: rate-limit key over "+strconv.Itoa(MaxKeyLen-len(m.prefix))+" bytes")
 		return false
 	}
 	e := m.def
