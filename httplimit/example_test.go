@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/httplimit"
@@ -17,13 +18,13 @@ import (
 	"github.com/sluice-go/sluice/service/store"
 )
 
-// A per-IP limit over the in-process memory store: 10 requests a second per
+// A per-IP limit over the in-process memory store: one request a second per
 // client IP, bursts of 2. The third request at once is refused.
 func ExampleNewMiddleware() {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 
-	limit, err := httplimit.NewMiddleware(store.NewMemory(), store.Policy{Rate: 10, Burst: 2})
+	limit, err := httplimit.NewMiddleware(store.NewMemory(), store.Policy{Rate: 1, Burst: 2})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,11 +62,12 @@ func ExampleNewMiddleware_service() {
 	svcSrv := httptest.NewServer(svc)
 	defer svcSrv.Close()
 
-	c, err := client.New(svcSrv.URL)
+	c, err := client.New(svcSrv.URL, client.WithTimeout(time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	limit, err := httplimit.NewMiddleware(c.Store(), policy, httplimit.KeyByHeader("X-Tenant"))
+	limit, err := httplimit.NewMiddleware(c.Store(), policy, httplimit.KeyByHeader("X-Tenant"),
+		httplimit.StoreTimeout(time.Second)) // past it, requests follow the fail mode (open)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,6 +16,11 @@ import (
 	"github.com/sluice-go/sluice/service/store"
 	"github.com/sluice-go/sluice/service/store/redisstore"
 )
+
+// slowOK is a store timeout generous enough that a loaded CI machine never
+// turns a slow loopback call into a fail-mode answer; the outage cases here
+// fail fast (connection refused).
+var slowOK = httplimit.StoreTimeout(10 * time.Second)
 
 // twoHosts serves two loopback servers, each with its own middleware over
 // its own store (as two hosts would have), and returns their URLs.
@@ -49,7 +55,7 @@ func TestMiddlewareRedis(t *testing.T) {
 		t.Cleanup(func() { _ = st.Close() })
 		stores[i] = st
 	}
-	urls := twoHosts(t, stores, store.Policy{Name: "api", Rate: 1.0 / 60, Burst: 3})
+	urls := twoHosts(t, stores, store.Policy{Name: "api", Rate: 1.0 / 60, Burst: 3}, slowOK)
 	assert.Equal(t, []int{200, 200, 200, 429, 429}, alternate(t, urls, 5), "3 in all, across both hosts")
 	r := get(t, urls[0])
 	assert.Equal(t, 429, r.status)
@@ -59,7 +65,7 @@ func TestMiddlewareRedis(t *testing.T) {
 	// The outage: redis-server killed. Fail closed answers at once with the
 	// degraded 429; the server coming back ends it with no restart.
 	lim, err := httplimit.NewMiddleware(stores[0], store.Policy{Name: "api", Rate: 1.0 / 60, Burst: 3},
-		httplimit.FailClosed(), httplimit.KeyByHeader("X-Key"), httplimit.Logger(slog.New(slog.DiscardHandler)))
+		httplimit.FailClosed(), httplimit.KeyByHeader("X-Key"), httplimit.Logger(slog.New(slog.DiscardHandler)), slowOK)
 	require.NoError(t, err)
 	closed := serve(t, lim.Handler(hello)).URL
 	srv.Kill()
@@ -83,13 +89,13 @@ func TestMiddlewareService(t *testing.T) {
 
 	var stores [2]store.Store
 	for i := range stores {
-		c, err := client.New(svcSrv.URL)
+		c, err := client.New(svcSrv.URL, client.WithTimeout(10*time.Second))
 		require.NoError(t, err)
 		st := c.Store()
 		t.Cleanup(func() { _ = st.Close() })
 		stores[i] = st
 	}
-	urls := twoHosts(t, stores, policy, httplimit.KeyByHeader("X-Tenant"))
+	urls := twoHosts(t, stores, policy, httplimit.KeyByHeader("X-Tenant"), slowOK)
 	assert.Equal(t, []int{200, 200, 200, 429, 429}, alternate(t, urls, 5, "X-Tenant", "acme"))
 	r := get(t, urls[1], "X-Tenant", "acme")
 	assert.Equal(t, "60", r.header.Get("Retry-After"))

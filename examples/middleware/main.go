@@ -28,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"time"
 
 	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/httplimit"
@@ -41,6 +42,9 @@ type Config struct {
 	Rate     float64 // requests per second per IP
 	Burst    int64
 	Requests int // how many requests the demo sends
+	// StoreTimeout bounds each call to a store that does I/O (Redis, the
+	// service); past it the request follows the fail mode (open).
+	StoreTimeout time.Duration
 }
 
 func main() {
@@ -50,6 +54,7 @@ func main() {
 	flag.Float64Var(&cfg.Rate, "rate", 2, "requests per second per client IP")
 	flag.Int64Var(&cfg.Burst, "burst", 5, "burst per client IP")
 	flag.IntVar(&cfg.Requests, "n", 8, "requests the demo sends")
+	flag.DurationVar(&cfg.StoreTimeout, "store-timeout", httplimit.DefaultStoreTimeout, "bound on each Redis or service call")
 	flag.Parse()
 	if err := run(cfg, *addr, os.Stdout); err != nil {
 		log.Fatal(err)
@@ -57,12 +62,13 @@ func main() {
 }
 
 func run(cfg Config, addr string, out io.Writer) error {
-	st, err := openStore(cfg.Store)
+	st, err := openStore(cfg.Store, cfg.StoreTimeout)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	limit, err := httplimit.NewMiddleware(st, store.Policy{Name: "per-ip", Rate: cfg.Rate, Burst: cfg.Burst})
+	limit, err := httplimit.NewMiddleware(st, store.Policy{Name: "per-ip", Rate: cfg.Rate, Burst: cfg.Burst},
+		httplimit.StoreTimeout(cfg.StoreTimeout))
 	if err != nil {
 		return err
 	}
@@ -118,9 +124,9 @@ func demo(api http.Handler, cfg Config, storeName string, out io.Writer) error {
 
 // openStore opens what -store names: the service's store kinds, or a
 // running sluice service seen as a store through its client.
-func openStore(spec string) (store.Store, error) {
+func openStore(spec string, timeout time.Duration) (store.Store, error) {
 	if strings.HasPrefix(spec, "http://") || strings.HasPrefix(spec, "https://") {
-		c, err := client.New(spec)
+		c, err := client.New(spec, client.WithTimeout(timeout))
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -20,21 +21,25 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The demo's answers are the same over every store: 5 allowed, 3 refused.
-const want = ` 1  200  RateLimit: "per-ip";r=4;t=1  RateLimit-Policy: "per-ip";q=2;w=1;sluice-burst=5
- 2  200  RateLimit: "per-ip";r=3;t=1
- 3  200  RateLimit: "per-ip";r=2;t=1
- 4  200  RateLimit: "per-ip";r=1;t=1
- 5  200  RateLimit: "per-ip";r=0;t=1
- 6  429  RateLimit: "per-ip";r=0;t=1  Retry-After: 1  {"allowed":false,…}
- 7  429  RateLimit: "per-ip";r=0;t=1  Retry-After: 1  {"allowed":false,…}
- 8  429  RateLimit: "per-ip";r=0;t=1  Retry-After: 1  {"allowed":false,…}
+// The test runs at one request every 5 s so that a slow machine cannot
+// refill a token between two requests.
+const want = ` 1  200  RateLimit: "per-ip";r=4;t=5  RateLimit-Policy: "per-ip";q=1;w=5;sluice-burst=5
+ 2  200  RateLimit: "per-ip";r=3;t=5
+ 3  200  RateLimit: "per-ip";r=2;t=5
+ 4  200  RateLimit: "per-ip";r=1;t=5
+ 5  200  RateLimit: "per-ip";r=0;t=5
+ 6  429  RateLimit: "per-ip";r=0;t=5  Retry-After: 5  {"allowed":false,…}
+ 7  429  RateLimit: "per-ip";r=0;t=5  Retry-After: 5  {"allowed":false,…}
+ 8  429  RateLimit: "per-ip";r=0;t=5  Retry-After: 5  {"allowed":false,…}
 `
 
 func runDemo(t *testing.T, spec, storeName string) {
 	var out bytes.Buffer
-	require.NoError(t, run(Config{Store: spec, Rate: 2, Burst: 5, Requests: 8}, "", &out))
+	// A generous store timeout: a loaded CI machine must not turn a slow
+	// loopback call into a fail-open answer.
+	require.NoError(t, run(Config{Store: spec, Rate: 0.2, Burst: 5, Requests: 8, StoreTimeout: 10 * time.Second}, "", &out))
 	head, rest, _ := strings.Cut(out.String(), "\n")
-	assert.Equal(t, "API limited to 2/s, burst 5, per IP, over the "+storeName+" store", head)
+	assert.Equal(t, "API limited to 0.2/s, burst 5, per IP, over the "+storeName+" store", head)
 	assert.Equal(t, want, rest)
 }
 
@@ -52,7 +57,7 @@ func TestDemoRedis(t *testing.T) { runDemo(t, redistest.Start(t).URL(), "redis")
 func TestDemoService(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
-	svc, err := service.New(service.Config{Store: mem, Default: store.Policy{Name: "per-ip", Rate: 2, Burst: 5},
+	svc, err := service.New(service.Config{Store: mem, Default: store.Policy{Name: "per-ip", Rate: 0.2, Burst: 5},
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ts := httptest.NewServer(svc)
@@ -61,6 +66,6 @@ func TestDemoService(t *testing.T) {
 }
 
 func TestBadStore(t *testing.T) {
-	err := run(Config{Store: "nope", Rate: 1, Burst: 1, Requests: 1}, "", &bytes.Buffer{})
+	err := run(Config{Store: "nope", Rate: 1, Burst: 1, Requests: 1, StoreTimeout: time.Second}, "", &bytes.Buffer{})
 	assert.ErrorContains(t, err, `-store "nope"`)
 }
