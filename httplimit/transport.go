@@ -56,7 +56,9 @@ var ErrHeldPastDeadline = errors.New("httplimit: upstream asked us to wait past 
 // base transport. A request whose ctx ends while it waits returns ctx's
 // error and sends nothing; it leaves the queue at once, holds no place in it
 // and, if it was waiting on the limiter, no token (the limiter hands them
-// on).
+// on). The one exception: a request that already had its token when a new
+// hold began, and whose ctx ends during that hold, has spent the token (a
+// Limiter has no way to take one back).
 //
 // A 429 or 503 response that says when to come back (Retry-After, in
 // seconds or as an HTTP date, or else a RateLimit field with r=0 and t
