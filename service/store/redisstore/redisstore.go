@@ -21,6 +21,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,4 +270,15 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	return s.client().Close()
+}
+
+// SetLogger sends go-redis's own log lines (failed dials, pool events) to
+// l at Warn level instead of the standard logger's plain text. It sets
+// go-redis's process-wide logger: call it once, from main.
+func SetLogger(l *slog.Logger) { redis.SetLogger(slogAdapter{l}) }
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
+	a.l.WarnContext(ctx, "go-redis: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "store", "redis")
 }
