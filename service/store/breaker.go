@@ -166,7 +166,7 @@ func (b *Breaker) trip(cause error) {
 	b.open.Store(&downInfo{err: b.downErr(cause), since: time.Now()})
 	if b.opt.Logger != nil {
 		b.opt.Logger.Error("store down: answering without it; probing", "store", b.s.Name(),
-			"err", cause, "probe_every", b.opt.ProbeEvery)
+			"err", cause, "probe_every", b.opt.ProbeEvery.String())
 	}
 	b.probes.Add(1)
 	go b.probe()
@@ -201,7 +201,7 @@ func (b *Breaker) probe() {
 		b.open.Store(nil)
 		if b.opt.Logger != nil {
 			b.opt.Logger.Info("store back: breaker closed", "store", b.s.Name(),
-				"down_for", time.Since(d.since).Round(time.Millisecond))
+				"down_for", time.Since(d.since).Round(time.Millisecond).String())
 		}
 		return
 	}

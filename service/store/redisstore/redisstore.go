@@ -272,13 +272,20 @@ func (s *Store) Close() error {
 	return s.client().Close()
 }
 
-// SetLogger sends go-redis's own log lines (failed dials, pool events) to
-// l at Warn level instead of the standard logger's plain text. It sets
-// go-redis's process-wide logger: call it once, from main.
+// SetLogger sends go-redis's own log lines to l instead of the standard
+// logger's plain text: failed dials at Debug level (a store.Breaker already
+// logs the outage once, and a probe's dial would add lines every probe),
+// everything else at Warn. It sets go-redis's process-wide logger: call it
+// once, from main.
 func SetLogger(l *slog.Logger) { redis.SetLogger(slogAdapter{l}) }
 
 type slogAdapter struct{ l *slog.Logger }
 
 func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
-	a.l.WarnContext(ctx, "go-redis: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "store", "redis")
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "failed to dial") {
+		level = slog.LevelDebug
+	}
+	a.l.Log(ctx, level, "go-redis: "+msg, "store", "redis")
 }
