@@ -228,6 +228,13 @@ func runReplicas(t *testing.T, urls []string, key string, d time.Duration) (int,
 	for i, out := range outs {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.GreaterOrEqual(t, len(lines), 2, out)
+		// One progress row per second, then the summary and latency lines.
+		progress := lines[:len(lines)-2]
+		assert.GreaterOrEqual(t, len(progress), int(d/time.Second)-1, out)
+		for _, p := range progress {
+			assert.Regexp(t, `^inst-\d +\d+\.\ds  attempts=\d+ allowed=\d+ denied=\d+ errors=0$`, p)
+		}
+		lines = lines[len(lines)-2:]
 		m := summaryRE.FindStringSubmatch(lines[0])
 		require.NotNil(t, m, "summary line %q", lines[0])
 		assert.Equal(t, fmt.Sprintf("inst-%d", i+1), m[1])

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/internal/cli"
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
@@ -71,4 +74,35 @@ func TestRunServerGracefulShutdown(t *testing.T) {
 	require.NoError(t, <-errc)
 	_, err = c.Get("http://" + addr.String() + "/healthz")
 	assert.Error(t, err, "the listener is closed after shutdown")
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, cli.Main(context.Background(), []string{arg}, &out, &errb), arg)
+		assert.Regexp(t, `^sluice \S+ .*go1\.\d+.* \w+/\w+\n$`, out.String(), arg)
+		assert.Equal(t, cli.Version()+"\n", out.String())
+	}
+}
+
+// The client waits longer than the server waits for its store, so a slow
+// store reaches the client as the server's answer per -fail, not as a
+// client timeout.
+func TestClientTimeoutExceedsStoreTimeout(t *testing.T) {
+	assert.Greater(t, client.DefaultTimeout, service.DefaultStoreTimeout)
+}
+
+// demo -plot draws the replicas and the limit line to an SVG file.
+func TestDemoPlot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "demo.svg")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, cli.Main(context.Background(), []string{"demo", "-duration", "1s", "-plot", file}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "plot written to "+file)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	svg := string(b)
+	assert.Contains(t, svg, "<svg")
+	for _, label := range []string{"the limit: 10/s × t + 10", "inst-1", "inst-2", "inst-3", "all replicas"} {
+		assert.Contains(t, svg, label)
+	}
 }

@@ -23,6 +23,8 @@ type Replica struct {
 	RPS      float64
 	Duration time.Duration
 	Phase    time.Duration // delay before the first attempt (counted in Duration)
+	// Start is the instant AllowedAt counts from (default: when Run starts).
+	Start time.Time
 }
 
 // ReplicaStats counts a replica's attempts. Latencies are of requests that
@@ -31,8 +33,9 @@ type ReplicaStats struct {
 	ID                      string
 	Attempts                int64
 	Allowed, Denied, Errors int64
-	Cached                  int64 // denials answered by the local deny cache
-	WorkDone                int64 // allowed, plus errors under fail-open
+	Cached                  int64           // denials answered by the local deny cache
+	WorkDone                int64           // allowed, plus errors under fail-open
+	AllowedAt               []time.Duration // when each allowed request was answered, since Replica.Start
 	latencies               []time.Duration
 }
 
@@ -85,6 +88,10 @@ func fmtDur(d time.Duration) string {
 // for progress shown by another goroutine.
 func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 	st := ReplicaStats{ID: r.ID}
+	start := r.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
 	end := time.Now().Add(r.Duration)
 	if r.Phase > 0 {
 		t := time.NewTimer(r.Phase)
@@ -128,6 +135,7 @@ func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 		case d.Allowed:
 			st.Allowed++
 			st.WorkDone++
+			st.AllowedAt = append(st.AllowedAt, time.Since(start))
 		default:
 			st.Denied++
 			if d.Source == client.FromCache {
@@ -157,7 +165,7 @@ func (l *LiveStats) set(st ReplicaStats) {
 		return
 	}
 	l.mu.Lock()
-	st.latencies = nil
+	st.latencies, st.AllowedAt = nil, nil
 	l.st = st
 	l.mu.Unlock()
 }
