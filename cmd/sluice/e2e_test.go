@@ -204,7 +204,7 @@ func TestTwoServeProcessesShareShm(t *testing.T) {
 	assert.Equal(t, 0, b.stop(t))
 }
 
-var summaryRE = regexp.MustCompile(`^(\S+) summary: attempts=(\d+) allowed=(\d+) denied=(\d+)(?: errors=(\d+))? → work done=(\d+)$`)
+var summaryRE = regexp.MustCompile(`^(\S+) summary: attempts=(\d+) allowed=(\d+) denied=(\d+)(?: degraded=\d+)?(?: errors=(\d+))? → work done=(\d+)$`)
 
 // runReplicas runs three `sluice client` processes at 20/s each for d against
 // the given service URLs (round robin) and returns the total allowed and the
@@ -232,7 +232,7 @@ func runReplicas(t *testing.T, urls []string, key string, d time.Duration) (int,
 		progress := lines[:len(lines)-2]
 		assert.GreaterOrEqual(t, len(progress), int(d/time.Second)-1, out)
 		for _, p := range progress {
-			assert.Regexp(t, `^inst-\d +\d+\.\ds  attempts=\d+ allowed=\d+ denied=\d+ errors=0$`, p)
+			assert.Regexp(t, `^inst-\d +\d+\.\ds  attempts=\d+ allowed=\d+ denied=\d+ degraded=0 errors=0$`, p)
 		}
 		lines = lines[len(lines)-2:]
 		m := summaryRE.FindStringSubmatch(lines[0])

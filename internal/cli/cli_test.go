@@ -3,10 +3,13 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -105,4 +108,32 @@ func TestDemoPlot(t *testing.T) {
 	for _, label := range []string{"the limit: 10/s × t + 10", "inst-1", "inst-2", "inst-3", "all replicas"} {
 		assert.Contains(t, svg, label)
 	}
+}
+
+type downStore struct{ store.Store }
+
+func (downStore) Allow(context.Context, string, int64, store.Policy) (store.Result, error) {
+	return store.Result{}, errors.New("connection refused")
+}
+
+// A replica counts the service's answers per -fail as degraded, not as the
+// limit's denials.
+func TestReplicaCountsDegraded(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := service.New(service.Config{Store: downStore{mem}, Default: store.Policy{Rate: 10, Burst: 10}, FailOpen: true, Logger: quiet})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c, err := client.New(ts.URL, client.WithoutDenyCache())
+	require.NoError(t, err)
+	defer c.Close()
+	r := cli.Replica{ID: "inst-1", Client: c, Key: "k", RPS: 1000, Duration: 50 * time.Millisecond}
+	st := r.Run(context.Background(), nil)
+	require.Positive(t, st.Attempts)
+	assert.Equal(t, st.Attempts, st.Degraded)
+	assert.Zero(t, st.Denied)
+	assert.Equal(t, st.Attempts, st.WorkDone, "fail open")
+	assert.Contains(t, st.Summary(), fmt.Sprintf("denied=0 degraded=%d → work done=%d", st.Attempts, st.Attempts))
 }

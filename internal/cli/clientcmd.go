@@ -62,8 +62,8 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		select {
 		case <-tick.C:
 			st := live.Get()
-			_, _ = fmt.Fprintf(stdout, "%s %5.1fs  attempts=%d allowed=%d denied=%d errors=%d\n",
-				*id, time.Since(start).Seconds(), st.Attempts, st.Allowed, st.Denied, st.Errors)
+			_, _ = fmt.Fprintf(stdout, "%s %5.1fs  attempts=%d allowed=%d denied=%d degraded=%d errors=%d\n",
+				*id, time.Since(start).Seconds(), st.Attempts, st.Allowed, st.Denied, st.Degraded, st.Errors)
 		case st := <-done:
 			printReplica(stdout, &st)
 			return 0

@@ -34,6 +34,7 @@ type ReplicaStats struct {
 	Attempts                int64
 	Allowed, Denied, Errors int64
 	Cached                  int64           // denials answered by the local deny cache
+	Degraded                int64           // answered by the service's -fail mode, its store down
 	WorkDone                int64           // allowed, plus errors under fail-open
 	AllowedAt               []time.Duration // when each allowed request was answered, since Replica.Start
 	latencies               []time.Duration
@@ -55,10 +56,14 @@ func (s *ReplicaStats) Requests() int { return len(s.latencies) }
 
 // Summary is the reference's line, e.g.
 // "inst-1 summary: attempts=159 allowed=31 denied=127 → work done=32",
-// with errors= added when there were any.
+// with degraded= (answers per the service's -fail) and errors= (the service
+// unreachable) added when there were any.
 func (s *ReplicaStats) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s summary: attempts=%d allowed=%d denied=%d", s.ID, s.Attempts, s.Allowed, s.Denied)
+	if s.Degraded > 0 {
+		fmt.Fprintf(&b, " degraded=%d", s.Degraded)
+	}
 	if s.Errors > 0 {
 		fmt.Fprintf(&b, " errors=%d", s.Errors)
 	}
@@ -129,6 +134,11 @@ func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 				break
 			}
 			st.Errors++
+			if d.Allowed {
+				st.WorkDone++
+			}
+		case d.Degraded != "":
+			st.Degraded++
 			if d.Allowed {
 				st.WorkDone++
 			}
