@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -325,11 +326,13 @@ func TestMetrics(t *testing.T) {
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="allowed"} 10`)
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="denied"} 2`)
 	assert.Contains(t, m, `sluice_store_latency_seconds_count{store="memory"} 12`)
-	// Readable bucket bounds, 2 µs … 0.5 s as documented.
-	for _, le := range []string{"2e-06", "5e-06", "0.0001", "0.001", "0.5", "+Inf"} {
-		assert.Contains(t, m, `sluice_store_latency_seconds_bucket{store="memory",le="`+le+`"}`)
+	// Readable bucket bounds, 2 µs … 0.5 s in 1-2-5 steps, as documented.
+	var les []string
+	for _, m := range regexp.MustCompile(`sluice_store_latency_seconds_bucket\{store="memory",le="([^"]+)"\}`).FindAllStringSubmatch(m, -1) {
+		les = append(les, m[1])
 	}
-	assert.NotContains(t, m, `99999`)
+	assert.Equal(t, []string{"2e-06", "5e-06", "1e-05", "2e-05", "5e-05", "0.0001", "0.0002", "0.0005",
+		"0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf"}, les)
 	assert.Contains(t, m, `go_goroutines`)
 }
 
