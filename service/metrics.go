@@ -44,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"policy"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store calls that returned an error or timed out.",
+			Help: "Requests the store did not decide: an error, a timeout, or its breaker open.",
 		}, []string{"store"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_latency_seconds",
