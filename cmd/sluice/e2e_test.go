@@ -354,8 +354,13 @@ func TestRedisOutageCostsMilliseconds(t *testing.T) {
 	s := serve(t, "-store", rs.URL(), "-fail", "closed", "-log", "json")
 	require.Equal(t, 200, get(t, s.URL+"/allow?key=k").status)
 
-	rs.Kill()
+	// The same-run baseline: the same load while Redis answers.
 	const workers = 4
+	up, _ := hammer(t, s.URL+"/allow?key=up", workers, time.Second)
+	slices.Sort(up)
+	t.Logf("Redis up (baseline): %d requests from %d workers, p50=%v p99=%v", len(up), workers, up[len(up)/2], up[len(up)*99/100])
+
+	rs.Kill()
 	lat, bodies := hammer(t, s.URL+"/allow?key=k", workers, time.Second)
 	// The first few requests find the broken pooled connections or trip the
 	// breaker; the rest are answered by the open breaker.
@@ -390,7 +395,7 @@ func TestRedisOutageCostsMilliseconds(t *testing.T) {
 	}
 	assert.Contains(t, logs, `"msg":"store down: answering without it; probing"`)
 	assert.Contains(t, logs, `"msg":"store back: breaker closed"`)
-	assert.Regexp(t, `"msg":"stopped","allowed_total":2,"denied_total":0,"shadow_denied_total":0,"degraded_total":\d+,"fail_open":false`, logs)
+	assert.Regexp(t, `"msg":"stopped","allowed_total":\d+,"denied_total":\d+,"shadow_denied_total":0,"degraded_total":\d+,"fail_open":false`, logs)
 }
 
 // hammer sends GETs to url from workers goroutines for d and returns each
