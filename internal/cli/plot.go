@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"slices"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -58,6 +59,7 @@ func plotDemo(file string, results []ReplicaStats, start time.Time, elapsed time
 	p.Add(sum)
 	p.Legend.Add("all replicas", sum)
 	p.X.Min, p.X.Max, p.Y.Min = 0, end, 0
+	p.Y.Tick.Marker = plainTicks{}
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, file)
 }
 
@@ -76,4 +78,18 @@ func stepLine(at []time.Duration, end float64) (*plotter.Line, error) {
 	}
 	l.StepStyle = plotter.PostStep
 	return l, nil
+}
+
+// plainTicks labels ticks as plain numbers ("50", not "50.00"): the axis
+// counts requests.
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
+		}
+	}
+	return ticks
 }
