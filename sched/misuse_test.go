@@ -41,4 +41,3 @@ func TestWaiterMisuseRaceFree(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
-
