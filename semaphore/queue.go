@@ -59,7 +59,8 @@ type Source interface {
 	// Until returns how long from now until n units are free if nobody
 	// else waited, or a negative duration if they never will be. Acquire
 	// fails at once, with an error matching context.DeadlineExceeded, when
-	// that is past ctx's deadline.
+	// that is past ctx's deadline; a Source whose waits should last until
+	// the deadline whatever happens returns 0.
 	Until(now time.Time, avail, n int64) time.Duration
 	// Take is told of a grant of n units and returns a mark that Acquire
 	// reports to its caller (a ticker's boundary). Return is told that a
@@ -250,30 +251,34 @@ func (q *Queue) Release(n int64) {
 // timer calls.
 func (q *Queue) Refill() { q.Do(nil) }
 
-// Do runs f with the queue's lock held (if f is not nil), with the free
-// units brought up to date, and keeps the units it returns; then it serves
-// the queue and tells the Source what the head now needs. It is how an
-// owner reads or changes its Source's state (a rate, a burst, a grid) so
-// that parked callers are re-timed at once. On a closed queue f still runs,
-// with the units as they were, and nothing is served.
-func (q *Queue) Do(f func(now time.Time, avail int64, waiting bool) int64) {
+// Do runs f with the queue's lock held, on the queue's state with the free
+// units brought up to date, and keeps the units f leaves in s.Avail; then
+// it serves the queue and tells the Source what the head now needs. It is
+// how an owner reads or changes its Source's state (a rate, a burst, a
+// grid) so that parked callers are re-timed at once. On a closed queue f
+// still runs, on the units as they were, and nothing is served. f may be
+// nil: Do then only refills, which is what a Source's timer calls.
+func (q *Queue) Do(f func(s *State)) {
 	now := q.now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	waiting := q.queue.Len() > 0
-	if q.closed != nil {
-		if f != nil {
-			q.avail = f(now, q.avail, waiting)
-		}
-		return
-	}
-	if q.src != nil {
-		q.avail = q.src.Fill(now, q.avail, 0, waiting)
+	st := State{Now: now, Avail: q.avail, Waiting: q.queue.Len() > 0, Closed: q.closed != nil}
+	if !st.Closed && q.src != nil {
+		st.Avail = q.src.Fill(now, st.Avail, 0, st.Waiting)
 	}
 	if f != nil {
-		q.avail = f(now, q.avail, waiting)
+		f(&st)
 	}
+	q.avail = st.Avail
 	q.serveLocked(now)
+}
+
+// State is what Do shows its func.
+type State struct {
+	Now     time.Time // the Source's clock, read before the lock
+	Avail   int64     // free units; f may change them
+	Waiting bool      // someone is parked
+	Closed  bool      // Close has been called
 }
 
 // serveLocked grants units to the waiters from the head while the head's
