@@ -214,8 +214,9 @@ func (q *Queue) checkDeadline(ctx context.Context, now time.Time, n int64) error
 	if !ok {
 		return nil
 	}
+	// Strictly before: at the deadline instant itself the ctx has ended.
 	d := q.src.Until(now, q.avail, n)
-	if d >= 0 && !now.Add(d).After(deadline) {
+	if d >= 0 && now.Add(d).Before(deadline) {
 		return nil
 	}
 	if d < 0 {
