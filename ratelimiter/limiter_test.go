@@ -190,7 +190,7 @@ func TestDeadlineFailsAtOnce(t *testing.T) {
 	ms := time.Millisecond
 	run(t, func(ctx context.Context) error {
 		l := newLimiter(t, ctx, 10, 5)
-		require.NoError(t, l.Acquire(ctx, 3)) // 2 left: 3 more take 300ms
+		require.NoError(t, l.Acquire(ctx, 3))          // 2 left: 3 more take 300ms
 		tctx, cancel := sched.WithTimeout(ctx, 300*ms) // at the deadline is too late
 		defer cancel()
 		err := l.Acquire(tctx, 5)
