@@ -85,6 +85,18 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
+	// The fast path, inline: a Semaphore has no Source, so the free
+	// permits need no refill (Queue.Acquire repeats this check).
+	if ctx.Err() == nil {
+		q := &s.q
+		q.mu.Lock()
+		if q.closed == nil && q.queue.Len() == 0 && q.avail >= n {
+			q.avail -= n
+			q.mu.Unlock()
+			return nil
+		}
+		q.mu.Unlock()
+	}
 	_, err := s.q.Acquire(ctx, n)
 	return err
 }
@@ -96,7 +108,13 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	_, ok := s.q.TryAcquire(n)
+	q := &s.q
+	q.mu.Lock()
+	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
+	if ok {
+		q.avail -= n
+	}
+	q.mu.Unlock()
 	return ok
 }
 
@@ -116,7 +134,9 @@ func (s *Semaphore) Release(n int64) {
 		panic(fmt.Sprintf("semaphore: Release(%d) with only %d permits held", n, held))
 	}
 	q.avail += n
-	q.serveLocked(time.Time{})
+	if q.queue.Len() > 0 {
+		q.serveLocked(time.Time{})
+	}
 	q.mu.Unlock()
 }
 
