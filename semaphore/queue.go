@@ -250,15 +250,24 @@ func (q *Queue) Release(n int64) {
 // Refill asks the Source for what it has produced, serves the waiters it
 // covers, and re-arms the Source for the new head. It is what a Source's
 // timer calls.
-func (q *Queue) Refill() { q.Do(nil) }
+func (q *Queue) Refill() {
+	now := q.now()
+	q.mu.Lock()
+	if q.closed == nil && q.src != nil {
+		// No Do(nil): its State would escape to the heap, and a refill is
+		// on every parked caller's path.
+		q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
+		q.serveLocked(now)
+	}
+	q.mu.Unlock()
+}
 
 // Do runs f with the queue's lock held, on the queue's state with the free
 // units brought up to date, and keeps the units f leaves in s.Avail; then
 // it serves the queue and tells the Source what the head now needs. It is
 // how an owner reads or changes its Source's state (a rate, a burst, a
 // grid) so that parked callers are re-timed at once. On a closed queue f
-// still runs, on the units as they were, and nothing is served. f may be
-// nil: Do then only refills, which is what a Source's timer calls.
+// still runs, on the units as they were, and nothing is served.
 func (q *Queue) Do(f func(s *State)) {
 	now := q.now()
 	q.mu.Lock()
@@ -267,9 +276,7 @@ func (q *Queue) Do(f func(s *State)) {
 	if !st.Closed && q.src != nil {
 		st.Avail = q.src.Fill(now, st.Avail, 0, st.Waiting)
 	}
-	if f != nil {
-		f(&st)
-	}
+	f(&st)
 	q.avail = st.Avail
 	q.serveLocked(now)
 }
