@@ -11,6 +11,9 @@
 //   - inside a testing/synctest bubble that is the bubble's fake time: a
 //     Semaphore works in any number of bubbles, and before and after them.
 //
+// A Semaphore has no clock of its own (nothing to set with a clock.Mock):
+// time enters only through ctx.
+//
 // The two kinds of caller may share one Semaphore. A ctx that is done
 // before Acquire returns always wins: Acquire returns ctx.Err() holding
 // nothing, and the permits pass on.
