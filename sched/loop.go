@@ -412,7 +412,7 @@ func callerSite() string {
 var modulePath = func() string {
 	pc, _, _, _ := runtime.Caller(0)
 	name := runtime.FuncForPC(pc).Name() // "<module>/sched.init.func1"
-	return strings.TrimSuffix(name[:strings.LastIndex(name, "/")], "/sched")
+	return name[:strings.LastIndex(name, "/")]
 }()
 
 func isLibraryFrame(fr runtime.Frame) bool {

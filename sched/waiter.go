@@ -52,7 +52,7 @@ type Waiter struct {
 	// Bound by Prepare.
 	l  *loop
 	f  *Fiber
-	ch chan struct{} // goroutine mode: one send per Wake, reused
+	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
 
 	// Registration with a loop context, guarded by that context's mu.
 	ctx              *loopCtx
