@@ -4,7 +4,6 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,9 +174,7 @@ func (m *Memory) allowLocked(s *memShard, tag uint64, key string, cost, T, tau i
 	if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
 		t = s.replace(s.n+1, nil)
 	}
-	// Why clone: key may share memory with a larger buffer (a request's
-	// query string); the table keeps it for as long as the key lives.
-	t.insert(tag, strings.Clone(key), next)
+	t.insert(tag, key, next)
 	s.n++
 	return r
 }
