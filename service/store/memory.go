@@ -124,14 +124,14 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	h := maphash.String(m.seed, key)
 	s := &m.shards[h&(memoryShards-1)]
 	tag := h | 1<<63
+	// Why the clock is read before the lookup and under no lock: a caller
+	// whose reading is older than the TAT another caller just wrote is only
+	// stricter (max(tat, now) + cost·T − now grows as now shrinks), and each
+	// allowed call still moves the TAT to at least its own now + cost·T, so
+	// the bound burst + (e−s)/T holds for every interleaving. Read first, it
+	// overlaps the table's cache misses instead of waiting for them.
+	now := m.now()
 	if slot := s.tab.Load().find(tag, key); slot != nil {
-		// Why the clock is read before the CAS and under no lock: a caller
-		// whose reading is older than the TAT another caller just wrote is
-		// only stricter (max(tat, now) + cost·T − now grows as now shrinks),
-		// and each allowed call still moves the TAT to at least its own
-		// now + cost·T, so the bound burst + (e−s)/T holds for every
-		// interleaving.
-		now := m.now()
 		for {
 			tat := slot.tat.Load()
 			if tat == frozen {
