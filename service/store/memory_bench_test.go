@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-go/sluice/service/store"
@@ -58,8 +59,9 @@ func BenchmarkMemory(b *testing.B) {
 			}
 			b.Run(c.name+"/"+im.name, func(b *testing.B) {
 				b.ReportAllocs()
+				var start atomic.Uint32
 				b.RunParallel(func(pb *testing.PB) {
-					i := rng.IntN(len(order))
+					i := int(start.Add(1)) * 104729 // each goroutine at its own place in the order
 					for pb.Next() {
 						im.allow(c.keys[order[i&(len(order)-1)]%uint32(len(c.keys))])
 						i++
