@@ -335,7 +335,7 @@ func (l *Limiter) Tokens() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.bucket != nil {
-		return float64(l.prepaid) + l.bucket.Available()
+		return float64(l.prepaid) + l.bucket.Remaining()
 	}
 	now := l.now()
 	if l.stopped {

@@ -40,7 +40,7 @@ const minRetry = time.Microsecond
 // table, all or nothing. l.mu is held.
 func (l *Limiter) takeShared(n int64) bool {
 	from := min(l.prepaid, n)
-	if from < n && !l.bucket.TryAcquire(n-from) {
+	if from < n && !l.bucket.AllowN(n-from) {
 		return false
 	}
 	l.prepaid -= from
@@ -62,7 +62,7 @@ func (l *Limiter) serveShared() {
 			}
 			continue
 		}
-		d := l.bucket.RetryAfter(wt.n - min(l.prepaid, wt.n))
+		d := l.bucket.RetryAfterN(wt.n - min(l.prepaid, wt.n))
 		if d == sharedbucket.Never {
 			// Only a closed table (or a cost it cannot take) says never.
 			l.queue.Remove(wt)

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
@@ -122,7 +124,7 @@ func childHammer() error {
 	fmt.Println("ready")
 	for i := 0; ; i++ {
 		if i%4 == 0 {
-			hot.TryAcquire(1)
+			hot.AllowN(1)
 		} else {
 			tb.AllowN(keys[r.IntN(nkeys)], 1+r.Int64N(p.burstOrLimit()))
 		}
@@ -199,7 +201,7 @@ func childExact() error {
 			now = clock() // at or after the decision
 		} else {
 			now = Now()
-			ok = bk.TryAcquireAt(1, now)
+			ok = bk.AllowAt(1, now)
 		}
 		if res.First < 0 {
 			// The first decision time: exact in mode "at"; in the live

@@ -39,7 +39,7 @@ func (t *Table) Stats() Stats {
 	now := t.now()
 	for i := range uint64(t.nslots) {
 		sl := slotAt(t.slots, i)
-		if sl.key.Load() != 0 && sl.tat.Load() > now {
+		if k := sl.key.Load(); k != 0 && k&lockBit == 0 && sl.tat.Load() > now {
 			s.Keys++
 		}
 	}
