@@ -85,9 +85,10 @@ type Table struct {
 // the hot path reads.
 type rareCounters struct {
 	_         [64]byte
-	evicted   atomic.Uint64
-	contended atomic.Uint64
-	_         [48]byte
+	evicted    atomic.Uint64
+	contended  atomic.Uint64
+	duplicates atomic.Uint64
+	_          [40]byte
 }
 
 func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
@@ -222,6 +223,13 @@ func (t *Table) decide(h uint64, cost, now int64, live bool, s *slot) outcome {
 	if live {
 		now = t.now()
 	}
+	return t.decideFrom(h, cost, now, live, s)
+}
+
+// decideFrom is decide after the clock read: with live set, now is the
+// caller's reading, which may be stale by the time the slot is probed (a
+// preempted caller), and the claim path re-reads the clock when it must.
+func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcome {
 	for range maxMoves {
 		if s == nil {
 			if s = t.find(h); s == nil {
@@ -379,18 +387,10 @@ const (
 // clock instead, so it is dated after the floor and loses nothing.
 func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 	home := h & t.mask
-	fw := t.floorWord(h)
 rounds:
 	for round := range maxClaimRounds {
 		if round > 0 && round%8 == 0 {
 			runtime.Gosched() // somebody is mid-claim in this window
-		}
-		floor := fw.Load()
-		if floor > now && live {
-			now = t.now()
-		}
-		if floor > now+repairSlack {
-			floor = now // damaged, or a time further back than MaxSkew
 		}
 		var pick *slot
 		var pk, ppos uint64
@@ -404,8 +404,10 @@ rounds:
 				return s, now // claimed by someone else since our first pass
 			case k == h|lockBit:
 				// Our own bucket, being taken over: take it back as it is.
+				// Another caller may have claimed a new slot for h
+				// meanwhile, so this is a claim like any other: settle.
 				if s.key.CompareAndSwap(k, h) {
-					return s, now
+					return t.settle(h, home, i, s), now
 				}
 				continue rounds
 			case k&lockBit != 0:
@@ -425,8 +427,17 @@ rounds:
 				}
 			}
 		}
-		if pick != nil && t.takeOver(pick, pk, h, now, floor, kind) {
-			return t.settle(h, home, ppos, pick), now
+		if pick == nil {
+			continue
+		}
+		var ok bool
+		if ok, now = t.takeOver(pick, pk, h, now, live, kind); ok {
+			s := t.settle(h, home, ppos, pick)
+			// An incarnation of h that lived and lost its slot entirely
+			// while we claimed ours raised h's floor after we read it:
+			// carry it over.
+			t.raiseTAT(s, t.floorWord(h).Load())
+			return s, now
 		}
 	}
 	return nil, now
@@ -438,33 +449,37 @@ rounds:
 //  1. raise the old owner's floor to now (before anyone can miss it);
 //  2. lock the key word (k → k|lockBit): the old owner's spends now fail
 //     their key check, and other claimers skip the slot;
-//  3. replace the TAT with h's starting value, which differs from (for a
+//  3. read h's floor (only now: any earlier incarnation of h that has lost
+//     its slot raised it before its slot was locked) and replace the TAT
+//     with h's starting value, at least the floor. It differs from (for a
 //     reclaim: exceeds) the TAT read, so no spend by the old owner that read
-//     it earlier can land afterwards. A reclaim whose bucket turned live
-//     again meanwhile is abandoned and the key word restored;
+//     that TAT earlier can land afterwards. A reclaim whose bucket turned
+//     live again meanwhile is abandoned and the key word restored;
 //  4. publish h in the key word.
 //
 // A process killed between 2 and 4 leaves the slot locked until its old
 // owner comes back for it (claim restores a locked slot to its owner).
-func (t *Table) takeOver(s *slot, k, h uint64, now, floor int64, kind int) bool {
+func (t *Table) takeOver(s *slot, k, h uint64, now int64, live bool, kind int) (bool, int64) {
 	if k != 0 {
 		t.raiseFloor(k, now)
 	}
 	lock := k | lockBit
 	if !s.key.CompareAndSwap(k, lock) {
-		return false
+		return false, now
 	}
+	var floor int64
+	floor, now = t.floorFor(h, now, live)
 	for {
 		w := s.tat.Load()
 		if s.key.Load() != lock {
-			return false // the old owner took its slot back
+			return false, now // the old owner took its slot back
 		}
 		init := floor
 		switch {
 		case kind == takeReclaim && w > now:
 			// The owner spent since we looked: its bucket is live again.
 			s.key.CompareAndSwap(lock, k)
-			return false
+			return false, now
 		case kind == takeReclaim:
 			init = max(floor, w+1)
 		case init == w:
@@ -476,9 +491,30 @@ func (t *Table) takeOver(s *slot, k, h uint64, now, floor int64, kind int) bool 
 	}
 	if kind == takeEvict {
 		t.rare.evicted.Add(1)
+		if testHookEvict != nil {
+			testHookEvict(k &^ lockBit)
+		}
 	}
-	return s.key.CompareAndSwap(lock, h)
+	return s.key.CompareAndSwap(lock, h), now
 }
+
+// floorFor reads h's floor for a decision dated now. A live caller whose
+// reading is older than the floor (it was preempted) re-reads the clock: it
+// is then dated after the floor and pays nothing for it. A floor further
+// ahead than MaxSkew is taken for a damaged word and ignored.
+func (t *Table) floorFor(h uint64, now int64, live bool) (int64, int64) {
+	floor := t.floorWord(h).Load()
+	if floor > now && live {
+		now = t.now()
+	}
+	if floor > now+repairSlack {
+		floor = now
+	}
+	return floor, now
+}
+
+// testHookEvict, when set (by tests), is called with each evicted owner.
+var testHookEvict func(owner uint64)
 
 // floorWord returns the floor word of h (see claim).
 func (t *Table) floorWord(h uint64) *atomic.Int64 {
@@ -508,9 +544,19 @@ func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
 			continue
 		}
 		o := slotAt(t.slots, (home+i)&t.mask)
-		if o.key.Load() != h {
+		switch o.key.Load() {
+		case h:
+		case h | lockBit:
+			// Another incarnation of h, claimed while we claimed ours and
+			// now losing its slot: its debt went into h's floor when it was
+			// locked, perhaps after we read the floor. Take it over.
+			t.duplicate(h)
+			t.raiseTAT(s, t.floorWord(h).Load())
+			continue
+		default:
 			continue
 		}
+		t.duplicate(h)
 		if i < pos {
 			s.key.CompareAndSwap(h, 0)
 			return o
@@ -519,6 +565,28 @@ func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
 	}
 	return s
 }
+
+// raiseTAT raises s's TAT to at least v.
+func (t *Table) raiseTAT(s *slot, v int64) {
+	for {
+		tat := s.tat.Load()
+		if tat >= v || s.tat.CompareAndSwap(tat, v) {
+			return
+		}
+	}
+}
+
+// duplicate counts a duplicate slot given back.
+func (t *Table) duplicate(h uint64) {
+	t.rare.duplicates.Add(1)
+	if testHookDuplicate != nil {
+		testHookDuplicate(h)
+	}
+}
+
+// testHookDuplicate, when set (by tests), is called with each key whose
+// duplicate slot was given back.
+var testHookDuplicate func(h uint64)
 
 // debt returns how far key's TAT is ahead of now (0 for a full or unknown
 // bucket) and whether the call is valid. It writes nothing.
@@ -687,3 +755,4 @@ func (t *Table) Close() error {
 func slotAt(slots unsafe.Pointer, i uint64) *slot {
 	return (*slot)(unsafe.Add(slots, i*slotSize))
 }
+
