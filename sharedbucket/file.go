@@ -173,7 +173,11 @@ func attach(path string, p Policy, c canon, slots int, cfg *config) (*Table, err
 	if st.Blocks*512 < st.Size {
 		// A sparse file: touching a hole in the mapping when the filesystem
 		// is full is a SIGBUS, so reserve every block now or refuse.
-		if err := allocate(fd, h.total, true); err != nil {
+		alloc := allocate
+		if allocateHook != nil {
+			alloc = allocateHook
+		}
+		if err := alloc(fd, h.total, true); err != nil {
 			return nil, fmt.Errorf("sharedbucket: %s: %w: sparse file (%d of %d bytes allocated) that cannot be allocated: %v",
 				path, ErrCorrupt, st.Blocks*512, st.Size, err)
 		}
@@ -209,6 +213,14 @@ func checkFile(path string, st *unix.Stat_t, cfg *config) error {
 	}
 	return nil
 }
+
+// allocateHook, when set (by tests), replaces allocate for an existing
+// sparse file.
+var allocateHook func(fd int, size int64, existing bool) error
+
+// testHookTempCreated, when set (by tests), runs between a temporary file's
+// creation and its builder's lock.
+var testHookTempCreated func(tmp string)
 
 // testHookBeforePublish, when set (by tests), runs after a new file is
 // complete under its temporary name and before it is published.
@@ -261,6 +273,9 @@ func buildTemp(dir, base string, p Policy, c canon, slots int, cfg *config) (str
 		unix.Close(fd)
 		unix.Unlink(tmp)
 		return "", -1, err
+	}
+	if testHookTempCreated != nil {
+		testHookTempCreated(tmp)
 	}
 	// Why a blocking lock and a re-check: between our create and our lock,
 	// another opener sweeping temporary files may lock this one, take it for

@@ -36,17 +36,17 @@ import (
 // is the full keyed hash of the key (0 = empty) and tat is the theoretical
 // arrival time in CLOCK_MONOTONIC ns (≤ now means a full bucket).
 const (
-	magic          = "SLUICEBT"
-	formatVersion  = 2
-	headerSize     = 4096
-	slotSize       = 16
-	hashSip13      = 1
-	probeWindow    = 8
-	crcOffset      = 168
-	floorsOffset   = 2048
-	floorCount     = 256
-	clockLinux     = 1 // CLOCK_MONOTONIC
-	clockDarwin    = 2 // mach_absolute_time in ns (CLOCK_UPTIME_RAW)
+	magic         = "SLUICEBT"
+	formatVersion = 2
+	headerSize    = 4096
+	slotSize      = 16
+	hashSip13     = 1
+	probeWindow   = 8
+	crcOffset     = 168
+	floorsOffset  = 2048
+	floorCount    = 256
+	clockLinux    = 1 // CLOCK_MONOTONIC
+	clockDarwin   = 2 // mach_absolute_time in ns (CLOCK_UPTIME_RAW)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -84,7 +84,7 @@ type Table struct {
 // rareCounters are written only on rare paths, but still kept off the lines
 // the hot path reads.
 type rareCounters struct {
-	_         [64]byte
+	_          [64]byte
 	evicted    atomic.Uint64
 	contended  atomic.Uint64
 	duplicates atomic.Uint64
@@ -755,4 +755,3 @@ func (t *Table) Close() error {
 func slotAt(slots unsafe.Pointer, i uint64) *slot {
 	return (*slot)(unsafe.Add(slots, i*slotSize))
 }
-
