@@ -116,6 +116,9 @@ func New(cfg Config) (*Server, error) {
 		s.byKey[k] = &e
 	}
 	_, s.inProcess = cfg.Store.(store.InProcess)
+	if r, ok := cfg.Store.(EvictionReporter); ok {
+		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
+	}
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
@@ -376,7 +379,10 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		Allowed    int64  `json:"allowed_total"`
 		Denied     int64  `json:"denied_total"`
 		StoreError string `json:"store_error,omitempty"`
-	}{Keys: keys, Allowed: s.allowed.Load(), Denied: s.denied.Load()}
+		// Policies: per policy, evictions and contended decisions, for
+		// stores that can loosen under pressure (shm).
+		Policies map[string]PolicyEvictions `json:"policies,omitempty"`
+	}{Keys: keys, Allowed: s.allowed.Load(), Denied: s.denied.Load(), Policies: s.evictionStats()}
 	if err != nil {
 		out.Keys, out.StoreError = -1, err.Error()
 	}
