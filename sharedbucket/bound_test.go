@@ -3,6 +3,7 @@
 package sharedbucket
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -15,25 +16,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// spendRec is one allowed decision: its date and cost.
-type spendRec struct{ at, cost int64 }
+// spendRec is one allowed decision: its cost and its date, known to lie in
+// [lo, hi] (lo == hi for an explicit time).
+type spendRec struct{ lo, hi, cost int64 }
 
 // checkBound asserts the promise for one key exactly: for every window
-// [s, e] spanned by two of its decisions, the costs allowed with dates in
-// it sum to at most b + (e−s)/T, that is sum·T ≤ τ + (e − s).
+// [s, e], the costs allowed with dates in it sum to at most b + (e−s)/T,
+// that is sum·T ≤ τ + (e − s). With dates known only to lie in [lo, hi], it
+// checks every window from some lo to some hi against the decisions surely
+// inside it.
 func checkBound(t *testing.T, c canon, key string, recs []spendRec) {
 	t.Helper()
-	slices.SortFunc(recs, func(a, b spendRec) int { return int(a.at - b.at) })
+	slices.SortFunc(recs, func(a, b spendRec) int { return cmp.Compare(a.lo, b.lo) })
+	inside := make([]spendRec, 0, len(recs))
 	for i := range recs {
+		s := recs[i].lo
+		inside = append(inside[:0], recs[i:]...)
+		slices.SortFunc(inside, func(a, b spendRec) int { return cmp.Compare(a.hi, b.hi) })
 		var sum int64
-		for j := i; j < len(recs); j++ {
-			sum += recs[j].cost
-			if sum*c.interval > c.tau()+recs[j].at-recs[i].at {
-				for _, r := range recs[i : j+1] {
-					t.Logf("  at %d cost %d", r.at, r.cost)
-				}
+		for _, r := range inside {
+			sum += r.cost
+			if sum*c.interval > c.tau()+r.hi-s {
 				require.Failf(t, "bound exceeded", "key %s: %d tokens in [%d, %d] (%v), bound %d + %v/T",
-					key, sum, recs[i].at, recs[j].at, time.Duration(recs[j].at-recs[i].at), c.burst, time.Duration(recs[j].at-recs[i].at))
+					key, sum, s, r.hi, time.Duration(r.hi-s), c.burst, time.Duration(r.hi-s))
 			}
 		}
 	}
@@ -154,7 +159,7 @@ func boundUnderSkew(t *testing.T, skew int64) {
 				k := int((at/c.tau())*2+r.Int64N(2)) % keys
 				cost := 1 + r.Int64N(c.burst)
 				if tb.AllowAt(names[k], cost, at) {
-					recs[w][k] = append(recs[w][k], spendRec{at, cost})
+					recs[w][k] = append(recs[w][k], spendRec{at, at, cost})
 				}
 			}
 		})

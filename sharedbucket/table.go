@@ -389,13 +389,11 @@ func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 	home := h & t.mask
 rounds:
 	for round := range maxClaimRounds {
-		if round > 0 && round%8 == 0 {
-			runtime.Gosched() // somebody is mid-claim in this window
-		}
 		var pick *slot
 		var pk, ppos uint64
 		var ptat int64
 		kind := takeEvict + 1
+		locked := false
 		for i := range uint64(probeWindow) {
 			s := slotAt(t.slots, (home+i)&t.mask)
 			k := s.key.Load()
@@ -411,7 +409,8 @@ rounds:
 				}
 				continue rounds
 			case k&lockBit != 0:
-				continue // another claim is under way here
+				locked = true // another claim is under way here
+				continue
 			case k == 0:
 				if kind > takeEmpty {
 					pick, pk, ppos, kind = s, k, i, takeEmpty
@@ -426,6 +425,15 @@ rounds:
 					pick, pk, ppos, ptat, kind = s, k, i, tat, c
 				}
 			}
+		}
+		if locked && round < maxClaimRounds/2 {
+			// Why wait: the claim under way may be for h too (racing first
+			// requests for a new key, from several processes at once);
+			// taking another slot now would give h two. A claim holds its
+			// lock for a few CASes, so this wait is short; a locker that
+			// died mid-claim costs claims in this window the wait.
+			runtime.Gosched()
+			continue
 		}
 		if pick == nil {
 			continue
