@@ -48,7 +48,7 @@ func BenchmarkSingleKey(b *testing.B) {
 		b.ReportAllocs()
 		n := 0
 		for b.Loop() {
-			if bk.AllowN(1) {
+			if bk.Allow() {
 				n++
 			}
 		}
@@ -78,6 +78,68 @@ func BenchmarkKeyedHot(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			if tb.Allow("tenant-a:/api") {
+				n++
+			}
+		}
+		if n != b.N {
+			b.Fatalf("allowed %d of %d", n, b.N)
+		}
+	})
+	b.Run("impl=x/time/rate", func(b *testing.B) {
+		lim := rate.NewLimiter(rate.Limit(1e9), 1<<40)
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			if lim.Allow() {
+				n++
+			}
+		}
+		if n != b.N {
+			b.Fatalf("allowed %d of %d", n, b.N)
+		}
+	})
+}
+
+// BenchmarkDecide: the decision with its figures (what the shm store makes
+// per request) against the bare decision, both at explicit times (no clock
+// read), and live.
+func BenchmarkDecide(b *testing.B) {
+	tb := benchTable(b, neverDeny)
+	const key = "tenant-a:/api"
+	b.Run("impl=Table.AllowAt", func(b *testing.B) {
+		b.ReportAllocs()
+		n, now := 0, Now()
+		for b.Loop() {
+			now++
+			if tb.AllowAt(key, 1, now) {
+				n++
+			}
+		}
+		if n != b.N {
+			b.Fatalf("allowed %d of %d", n, b.N)
+		}
+	})
+	b.Run("impl=Table.DecideAt", func(b *testing.B) {
+		b.ReportAllocs()
+		var rem float64
+		n, now := 0, Now()
+		for b.Loop() {
+			now++
+			d := tb.DecideAt(key, 1, now)
+			if d.Allowed {
+				n++
+			}
+			rem += d.Remaining
+		}
+		if n != b.N || rem == 0 {
+			b.Fatalf("allowed %d of %d", n, b.N)
+		}
+	})
+	b.Run("impl=Table.DecideN", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			if tb.DecideN(key, 1).Allowed {
 				n++
 			}
 		}
@@ -180,7 +242,7 @@ func BenchmarkPar2DistinctKeys(b *testing.B) {
 			bk := tb.Bucket(keys[id])
 			d := 0
 			for pb.Next() {
-				if !bk.AllowN(1) {
+				if !bk.Allow() {
 					d++
 				}
 			}

@@ -34,7 +34,7 @@ import (
 // Table.claim); the rest is reserved. Version 2 changed the slot protocol
 // (key words of 63 bits, a lock bit, floors): version 1 files are refused. Slots follow at 4096: {key uint64, tat int64}, where key
 // is the full keyed hash of the key (0 = empty) and tat is the theoretical
-// arrival time in CLOCK_MONOTONIC ns (≤ now means a full bucket).
+// arrival time in ns of the clock named at 56 (≤ now means a full bucket).
 const (
 	magic         = "SLUICEBT"
 	formatVersion = 2

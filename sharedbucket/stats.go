@@ -14,8 +14,8 @@ type Stats struct {
 	Slots    int           // slot count
 	Keys     int           // keys whose bucket is not full now (all processes)
 
-	Allowed    uint64 // AllowN/TryAcquire calls that returned true
-	Denied     uint64 // … that returned false (bad input is not counted)
+	Allowed    uint64 // decisions (Allow…, Decide…) that allowed
+	Denied     uint64 // … that denied (bad input is not counted)
 	Evicted    uint64 // live buckets this handle took over for a new key
 	Contended  uint64 // calls that gave up under contention (failed open, or closed)
 	Duplicates uint64 // keys this handle found claimed twice at once (see the package doc)

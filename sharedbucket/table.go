@@ -53,7 +53,7 @@ type slot struct {
 // every decision is a denial (and RetryAfter reports Never).
 //
 // Bad input never panics: an empty key, a key longer than MaxKeyLen, or a
-// cost below 1 or above the burst makes AllowN (and Bucket.TryAcquire)
+// cost below 1 or above the burst makes AllowN (and Bucket.AllowN)
 // return false and RetryAfterN return Never; those calls are not counted in
 // Stats.
 type Table struct {
@@ -136,7 +136,8 @@ func (t *Table) AllowN(key string, cost int64) bool {
 	if !t.validCall(key, cost) {
 		return false
 	}
-	return t.decide(hashKey(t.k0, t.k1, key), cost, 0, true, nil).ok
+	h := hashKey(t.k0, t.k1, key)
+	return t.decideFrom(h, cost, t.now(), true, nil).ok
 }
 
 // AllowAt is AllowN with an explicit time: now is a reading of the host's
