@@ -72,17 +72,17 @@ func TestReclaimForcedFloor(t *testing.T) {
 	tb := openTemp(t, p, WithSlots(8))
 	x, y := hashAt(0, 1), hashAt(0, 2)
 	for i := range uint64(7) {
-		require.True(t, tb.decide(hashAt(0, 100+i), 1, t0+T/2, false, nil).ok) // live until t0+1.5T
+		require.True(t, tb.decideFrom(hashAt(0, 100+i), 1, t0+T/2, false, nil).ok) // live until t0+1.5T
 	}
-	require.True(t, tb.decide(x, 1, t0, false, nil).ok) // X: full again at t0+T
+	require.True(t, tb.decideFrom(x, 1, t0, false, nil).ok) // X: full again at t0+T
 	require.Equal(t, 7, pos(tb, x))
-	require.True(t, tb.decide(y, 1, t0+T+1, false, nil).ok)
+	require.True(t, tb.decideFrom(y, 1, t0+T+1, false, nil).ok)
 	require.Equal(t, 7, pos(tb, y), "Y reclaimed X's full bucket")
 	require.Zero(t, tb.Stats().Evicted)
 	require.Equal(t, -1, pos(tb, x))
 
-	assert.False(t, tb.decide(x, 1, t0+T/10, false, nil).ok, "X at t0+1ms: its lost bucket was still in debt")
-	assert.True(t, tb.decide(x, 1, t0+T+1, false, nil).ok, "X once its old bucket was surely full")
+	assert.False(t, tb.decideFrom(x, 1, t0+T/10, false, nil).ok, "X at t0+1ms: its lost bucket was still in debt")
+	assert.True(t, tb.decideFrom(x, 1, t0+T+1, false, nil).ok, "X once its old bucket was surely full")
 }
 
 // TestPreemptedLiveCaller: a live caller reads the clock, is preempted,
@@ -96,10 +96,10 @@ func TestPreemptedLiveCaller(t *testing.T) {
 	base := Now() - int64(time.Second) // everything below happened in the last second
 	x, y := hashAt(0, 1), hashAt(0, 2)
 	for i := range uint64(7) {
-		require.True(t, tb.decide(hashAt(0, 100+i), 1, base+T/2, false, nil).ok)
+		require.True(t, tb.decideFrom(hashAt(0, 100+i), 1, base+T/2, false, nil).ok)
 	}
-	require.True(t, tb.decide(x, 1, base, false, nil).ok)
-	require.True(t, tb.decide(y, 1, base+T+1, false, nil).ok)
+	require.True(t, tb.decideFrom(x, 1, base, false, nil).ok)
+	require.True(t, tb.decideFrom(y, 1, base+T+1, false, nil).ok)
 	require.Equal(t, -1, pos(tb, x), "X's slot was reclaimed")
 
 	stale := base + T/10 // X's caller read the clock here, then slept

@@ -80,8 +80,11 @@ func (b *Bucket) valid(n int64) bool {
 }
 
 func (b *Bucket) decide(n, now int64, live bool) outcome {
+	if live {
+		now = b.t.now()
+	}
 	s := b.s.Load()
-	o := b.t.decide(b.h, n, now, live, s)
+	o := b.t.decideFrom(b.h, n, now, live, s)
 	if o.s != s && o.s != nil {
 		b.s.Store(o.s)
 	}

@@ -154,7 +154,7 @@ func (t *Table) AllowAt(key string, cost, now int64) bool {
 	if !t.validCall(key, cost) || !validNow(now) {
 		return false
 	}
-	return t.decide(hashKey(t.k0, t.k1, key), cost, now, false, nil).ok
+	return t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil).ok
 }
 
 // Decision is one decision with its figures, all from the same read of the
@@ -185,7 +185,8 @@ func (t *Table) DecideN(key string, cost int64) Decision {
 	if !t.validCall(key, cost) {
 		return Decision{RetryAfter: Never}
 	}
-	return t.decision(t.decide(hashKey(t.k0, t.k1, key), cost, 0, true, nil), cost)
+	h := hashKey(t.k0, t.k1, key)
+	return t.decision(t.decideFrom(h, cost, t.now(), true, nil), cost)
 }
 
 // DecideAt is DecideN at an explicit time (see AllowAt).
@@ -193,7 +194,7 @@ func (t *Table) DecideAt(key string, cost, now int64) Decision {
 	if !t.validCall(key, cost) || !validNow(now) {
 		return Decision{RetryAfter: Never}
 	}
-	return t.decision(t.decide(hashKey(t.k0, t.k1, key), cost, now, false, nil), cost)
+	return t.decision(t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil), cost)
 }
 
 // decision turns an outcome into its figures.
@@ -217,19 +218,11 @@ type outcome struct {
 // (each move means the slot was taken over between the probe and the spend).
 const maxMoves = 16
 
-// decide finds or claims h's slot (starting from s, a remembered slot that
-// may have moved on, or nil) and spends cost on it. With live set it reads
-// the clock itself.
-func (t *Table) decide(h uint64, cost, now int64, live bool, s *slot) outcome {
-	if live {
-		now = t.now()
-	}
-	return t.decideFrom(h, cost, now, live, s)
-}
-
-// decideFrom is decide after the clock read: with live set, now is the
-// caller's reading, which may be stale by the time the slot is probed (a
-// preempted caller), and the claim path re-reads the clock when it must.
+// decideFrom finds or claims h's slot (starting from s, a remembered slot
+// that may have moved on, or nil) and spends cost on it at now. With live
+// set, now is the caller's reading of the table's clock, which may be stale
+// by the time the slot is probed (a preempted caller): the claim path
+// re-reads the clock when it must, and a long CAS retry loop does too.
 func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcome {
 	for range maxMoves {
 		if s == nil {
