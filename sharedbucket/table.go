@@ -199,14 +199,16 @@ func (t *Table) DecideAt(key string, cost, now int64) Decision {
 
 // decision turns an outcome into its figures.
 func (t *Table) decision(o outcome, cost int64) Decision {
-	d := Decision{Allowed: o.ok, Remaining: t.remaining(o.debt), ResetAfter: time.Duration(o.debt)}
+	// The debt of an outcome lies in [0, τ], so the quotient needs no clamp
+	// (Go's float min and max cost a few ns for NaN handling).
+	d := Decision{Allowed: o.ok, Remaining: float64(t.tau-o.debt) / float64(t.interval), ResetAfter: time.Duration(o.debt)}
 	if !o.ok {
 		d.RetryAfter = t.retryAfter(o.debt, cost)
 	}
 	return d
 }
 
-// outcome is what decide found: the decision, the bucket's debt after it
+// outcome is what decideFrom found: the decision, the bucket's debt after it
 // (ns; 0 is a full bucket) and the slot it used (nil if none).
 type outcome struct {
 	s    *slot
