@@ -105,6 +105,9 @@ func decodeHeader(buf []byte) (*header, error) {
 	}
 	le := binary.LittleEndian
 	if v := le.Uint64(buf[8:]); v != formatVersion {
+		if v < formatVersion {
+			return nil, bad("format version %d, this code reads %d (a table made by an older version: stop the processes using it, then remove the file)", v, formatVersion)
+		}
 		return nil, bad("format version %d, this code reads %d", v, formatVersion)
 	}
 	if got, want := le.Uint32(buf[crcOffset:]), crc32.Checksum(buf[:crcOffset], castagnoli); got != want {
