@@ -157,6 +157,13 @@ func TestCorrupt(t *testing.T) {
 			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
 			require.NoError(t, os.WriteFile(p, raw, 0o600))
 		}, "format version 3"},
+		"older version": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[8:], 1)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "an older version: stop the processes using it, then remove the file"},
 		"bad slot count": {func(t *testing.T, p string) {
 			raw, err := os.ReadFile(p)
 			require.NoError(t, err)
