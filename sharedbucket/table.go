@@ -226,6 +226,25 @@ const maxMoves = 16
 // by the time the slot is probed (a preempted caller): the claim path
 // re-reads the clock when it must, and a long CAS retry loop does too.
 func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcome {
+	if s == nil {
+		s = t.find(h)
+	}
+	if s != nil {
+		// The common case in one pass: the key's slot, one load of each
+		// word, one CAS. Anything else goes round the loop below.
+		tat := s.tat.Load()
+		if s.key.Load() == h {
+			need := cost * t.interval
+			var d int64
+			if tat > now {
+				d = tat - now
+			}
+			if d <= t.tau-need && s.tat.CompareAndSwap(tat, now+d+need) {
+				t.counts.add(true)
+				return outcome{s: s, debt: d + need, ok: true}
+			}
+		}
+	}
 	for range maxMoves {
 		if s == nil {
 			if s = t.find(h); s == nil {
