@@ -68,6 +68,7 @@ type upstream struct {
 	mem    *store.Memory
 	force  atomic.Int64 // answer the next n requests 429 whatever the bucket says
 	header http.Header  // fields of a forced 429 (default Retry-After: 2)
+	policy store.Policy // the limit above which it answers 429 (default 5/s, burst 5)
 
 	mu       sync.Mutex
 	arrivals []time.Duration // since start
@@ -75,7 +76,8 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T, vc *vclock.Clock) *upstream {
-	u := &upstream{vc: vc, start: vc.Now(), header: http.Header{"Retry-After": {"2"}}}
+	u := &upstream{vc: vc, start: vc.Now(), header: http.Header{"Retry-After": {"2"}},
+		policy: store.Policy{Name: "api", Rate: 5, Burst: 5}}
 	u.mem = store.NewMemory(store.WithClock(func() time.Duration { return vc.Since(u.start) + time.Hour }))
 	t.Cleanup(func() { _ = u.mem.Close() })
 	return u
@@ -91,7 +93,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if u.header.Get("X-Status") == "503" {
 			code = http.StatusServiceUnavailable
 		}
-	} else if res, _ := u.mem.Allow(r.Context(), "k", 1, store.Policy{Name: "api", Rate: 5, Burst: 5}); !res.Allowed {
+	} else if res, _ := u.mem.Allow(r.Context(), "k", 1, u.policy); !res.Allowed {
 		code = http.StatusTooManyRequests
 		w.Header().Set("Retry-After", "2")
 	}
