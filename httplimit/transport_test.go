@@ -25,10 +25,9 @@ import (
 // These tests run inside a sched.Run loop on a virtual clock, so every
 // instant below is exact and no test sleeps. The upstream is an
 // http.Handler called in memory through inMemory, on the same virtual
-// clock; the loopback path is covered by examples/fetch and the Middleware
-// tests. (testing/synctest was the first choice; on this branch the
-// semaphore and ratelimiter pool their waiters' channels across bubbles,
-// which crashes the second bubble of a test binary; issue 8 fixes that.)
+// clock; the loopback path is covered by TestTransportLoopbackHold,
+// examples/fetch and the Middleware tests. synctest_test.go runs the same
+// scenarios with plain goroutines in testing/synctest bubbles.
 
 // inMemory is an http.RoundTripper that serves each request with a handler
 // in this process, as a server would (the handler sees its own copy).
@@ -63,8 +62,7 @@ func virtual(t *testing.T, main func(ctx context.Context, vc *vclock.Clock)) {
 // arithmetic is independent of ratelimiter's ticker refill), and records
 // when each request arrived.
 type upstream struct {
-	vc     *vclock.Clock
-	start  time.Time
+	since  func() time.Duration // time since the upstream started
 	mem    *store.Memory
 	force  atomic.Int64 // answer the next n requests 429 whatever the bucket says
 	header http.Header  // fields of a forced 429 (default Retry-After: 2)
@@ -76,9 +74,16 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T, vc *vclock.Clock) *upstream {
-	u := &upstream{vc: vc, start: vc.Now(), header: http.Header{"Retry-After": {"2"}},
+	start := vc.Now()
+	return newUpstreamSince(t, func() time.Duration { return vc.Since(start) })
+}
+
+// newUpstreamSince is newUpstream on any clock: since tells the time since
+// the upstream started (in a testing/synctest bubble, time.Since is fake).
+func newUpstreamSince(t *testing.T, since func() time.Duration) *upstream {
+	u := &upstream{since: since, header: http.Header{"Retry-After": {"2"}},
 		policy: store.Policy{Name: "api", Rate: 5, Burst: 5}}
-	u.mem = store.NewMemory(store.WithClock(func() time.Duration { return vc.Since(u.start) + time.Hour }))
+	u.mem = store.NewMemory(store.WithClock(func() time.Duration { return since() + time.Hour }))
 	t.Cleanup(func() { _ = u.mem.Close() })
 	return u
 }
@@ -98,7 +103,7 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "2")
 	}
 	u.mu.Lock()
-	u.arrivals = append(u.arrivals, u.vc.Since(u.start))
+	u.arrivals = append(u.arrivals, u.since())
 	u.codes = append(u.codes, code)
 	u.mu.Unlock()
 	w.WriteHeader(code)
@@ -245,7 +250,7 @@ func TestTransportCancelLeavesQueue(t *testing.T) {
 		cf := sched.Go(ctx, func(ctx context.Context) error {
 			_, err := status(t, c, ctx, http.MethodGet)
 			assert.NoError(t, err)
-			third = up.vc.Since(up.start)
+			third = up.since()
 			return nil
 		})
 		sched.Yield(ctx) // C waits behind B
