@@ -26,8 +26,8 @@ type Limiter interface {
 }
 
 // rateSetter and burstSetter are the optional parts of a Limiter that
-// AdaptToPolicy uses (a *ratelimiter.Limiter has both once SetRate and
-// SetBurst exist); a limiter without them is left alone.
+// AdaptToPolicy uses (a *ratelimiter.Limiter has both); a limiter without
+// them is left alone.
 type rateSetter interface {
 	Rate() float64
 	SetRate(rate float64) error

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -356,14 +357,19 @@ func (a *adaptive) SetRate(r float64) error                  { a.rate = r; retur
 func (a *adaptive) Burst() int                               { return a.burst }
 func (a *adaptive) SetBurst(b int) error                     { a.burst = b; return nil }
 
+// adaptable is what TestTransportAdaptsToPolicy reads back.
+type adaptable interface {
+	httplimit.Limiter
+	Rate() float64
+	Burst() int
+}
+
+// TestTransportAdaptsToPolicy: with AdaptToPolicy the limiter's rate and
+// burst come down to the upstream's advertised policy, never up, on a
+// stand-in limiter and on the real *ratelimiter.Limiter (whose pace then
+// follows: the real one runs in a synctest bubble, so its waits are exact).
 func TestTransportAdaptsToPolicy(t *testing.T) {
-	policy := ""
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("RateLimit-Policy", policy)
-	})
-	lim := &adaptive{rate: 10, burst: 10}
-	c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim, httplimit.AdaptToPolicy())}
-	for _, step := range []struct {
+	steps := []struct {
 		policy string
 		rate   float64
 		burst  int
@@ -373,19 +379,69 @@ func TestTransportAdaptsToPolicy(t *testing.T) {
 		{`"a";q=oops;w=1, "b";q=1;w=1`, 1, 4},              // a malformed member is ignored
 		{`"day";q=86400;w=86400, "min";q=30;w=60`, 0.5, 4}, // the strictest policy wins
 		{`garbage,,;`, 0.5, 4},                             // nothing usable: unchanged
-	} {
-		policy = step.policy
-		code, err := status(t, c, context.Background(), http.MethodGet)
-		require.NoError(t, err)
-		require.Equal(t, 200, code)
-		assert.Equal(t, step.rate, lim.rate, step.policy)
-		assert.Equal(t, step.burst, lim.burst, step.policy)
 	}
+	var (
+		mu       sync.Mutex
+		policy   string
+		arrivals []time.Time
+	)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		arrivals = append(arrivals, time.Now())
+		if policy != "" {
+			w.Header().Set("RateLimit-Policy", policy)
+		}
+	})
+	run := func(t *testing.T, lim adaptable) {
+		c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim, httplimit.AdaptToPolicy())}
+		for _, step := range steps {
+			mu.Lock()
+			policy = step.policy
+			mu.Unlock()
+			code, err := status(t, c, context.Background(), http.MethodGet)
+			require.NoError(t, err)
+			require.Equal(t, 200, code)
+			assert.Equal(t, step.rate, lim.Rate(), step.policy)
+			assert.Equal(t, step.burst, lim.Burst(), step.policy)
+		}
+	}
+	t.Run("stand-in", func(t *testing.T) { run(t, &adaptive{rate: 10, burst: 10}) })
+	t.Run("ratelimiter", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			lim, err := ratelimiter.New(context.Background(), 10, 10)
+			require.NoError(t, err)
+			defer lim.Stop()
+			mu.Lock()
+			arrivals = nil
+			mu.Unlock()
+			start := time.Now()
+			run(t, lim)
+			// The bucket held 8 when burst 4 cut it to 4; three more
+			// requests took 3. Now the limiter's pace is the upstream's
+			// 0.5/s: one at once, then one every 2 s.
+			mu.Lock()
+			policy = ""
+			mu.Unlock()
+			c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
+			for range 3 {
+				_, err := status(t, c, context.Background(), http.MethodGet)
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var got []time.Duration
+			for _, at := range arrivals {
+				got = append(got, at.Sub(start))
+			}
+			assert.Equal(t, []time.Duration{0, 0, 0, 0, 0, 0, 2 * time.Second, 4 * time.Second}, got)
+		})
+	})
 
 	// Without the option the limiter is left alone.
-	lim = &adaptive{rate: 10, burst: 10}
+	lim := &adaptive{rate: 10, burst: 10}
 	policy = `"a";q=1;w=1`
-	c = &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
+	c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
 	_, err := status(t, c, context.Background(), http.MethodGet)
 	require.NoError(t, err)
 	assert.Equal(t, 10.0, lim.rate)
