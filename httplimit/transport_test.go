@@ -116,6 +116,32 @@ func (u *upstream) log() ([]time.Duration, []int) {
 	return append([]time.Duration(nil), u.arrivals...), append([]int(nil), u.codes...)
 }
 
+// assertPaced checks that the upstream saw n requests, none refused, the
+// k-th at exactly max(0, k−4)·200 ms: 5 at once, then one every 200 ms, the
+// schedule of a limiter at 5/s, burst 5.
+func (u *upstream) assertPaced(t *testing.T, n int) {
+	arrivals, codes := u.log()
+	require.Len(t, codes, n)
+	assert.NotContains(t, codes, 429)
+	for k, at := range arrivals {
+		assert.Equal(t, time.Duration(max(0, k-4))*200*time.Millisecond, at, "request %d", k)
+	}
+}
+
+// assertHeld checks the scene of a refusal (code, with Retry-After: 2) at
+// 0 s followed by 8 requests through a transport at 5/s, burst 5: nothing
+// for exactly 2 s. The refusal spent one token; by 2 s the bucket is full
+// again (5): 5 go at 2 s, then one every 200 ms, in order.
+func (u *upstream) assertHeld(t *testing.T, code int) {
+	arrivals, codes := u.log()
+	require.Len(t, arrivals, 9)
+	assert.Equal(t, []int{code, 200, 200, 200, 200, 200, 200, 200, 200}, codes)
+	want := []time.Duration{0, 2000, 2000, 2000, 2000, 2000, 2200, 2400, 2600}
+	for i, w := range want {
+		assert.Equal(t, w*time.Millisecond, arrivals[i], "request %d", i)
+	}
+}
+
 func limiter(t *testing.T, ctx context.Context, rate float64, burst int) *ratelimiter.Limiter {
 	l, err := ratelimiter.New(ctx, rate, burst)
 	require.NoError(t, err)
@@ -162,13 +188,7 @@ func TestTransportZero429s(t *testing.T) {
 		up := newUpstream(t, vc)
 		c := &http.Client{Transport: httplimit.Transport(inMemory{up}, limiter(t, ctx, 5, 5))}
 		spawn(t, ctx, c, 50)()
-		arrivals, codes := up.log()
-		require.Len(t, codes, 50)
-		assert.NotContains(t, codes, 429)
-		for k, at := range arrivals {
-			// 5 at once, then one every 200 ms: the k-th at (k−4)·200 ms.
-			assert.Equal(t, time.Duration(max(0, k-4))*200*time.Millisecond, at, "request %d", k)
-		}
+		up.assertPaced(t, 50)
 	})
 }
 
@@ -216,16 +236,7 @@ func TestTransportHoldsAfter429(t *testing.T) {
 				assert.Equal(t, vc.Now().Add(2*time.Second), rt.Hold())
 
 				spawn(t, ctx, c, 8)()
-				arrivals, codes := up.log()
-				require.Len(t, arrivals, 9)
-				assert.Equal(t, []int{code, 200, 200, 200, 200, 200, 200, 200, 200}, codes)
-				assert.Equal(t, time.Duration(0), arrivals[0])
-				// Nothing for exactly 2 s. The 429 spent one token; by 2 s the
-				// bucket is full again (5): 5 go at 2 s, then one every 200 ms.
-				want := []time.Duration{2000, 2000, 2000, 2000, 2000, 2200, 2400, 2600}
-				for i, w := range want {
-					assert.Equal(t, w*time.Millisecond, arrivals[i+1], "request %d", i+1)
-				}
+				up.assertHeld(t, code)
 			})
 		})
 	}
