@@ -18,14 +18,16 @@ import (
 
 // Limiter is what a Transport waits on before each request. A
 // *ratelimiter.Limiter is one; so is anything else that blocks until n units
-// may go and returns ctx's error when ctx ends first.
+// may go and, when ctx ends first, returns ctx's error and takes nothing (a
+// Transport ends its head's wait that way when the upstream asks for a
+// hold).
 type Limiter interface {
 	Acquire(ctx context.Context, n int) error
 }
 
 // rateSetter and burstSetter are the optional parts of a Limiter that
-// AdaptToPolicy uses (a *ratelimiter.Limiter has both once SetRate and
-// SetBurst exist); a limiter without them is left alone.
+// AdaptToPolicy uses (a *ratelimiter.Limiter has both); a limiter without
+// them is left alone.
 type rateSetter interface {
 	Rate() float64
 	SetRate(rate float64) error
@@ -56,9 +58,16 @@ var ErrHeldPastDeadline = errors.New("httplimit: upstream asked us to wait past 
 // base transport. A request whose ctx ends while it waits returns ctx's
 // error and sends nothing; it leaves the queue at once, holds no place in it
 // and, if it was waiting on the limiter, no token (the limiter hands them
-// on). The one exception: a request that already had its token when a new
-// hold began, and whose ctx ends during that hold, has spent the token (a
-// Limiter has no way to take one back).
+// on). A hold that begins while the head of the queue waits on the limiter
+// sends it back to wait out the hold first and take its token after, so no
+// token is held through a hold: a request cancelled during one takes
+// nothing with it, and as a hold ends no more than the limiter's burst
+// leaves at once. The one exception is a race: a hold that begins in the
+// instant between the limiter's grant and the request leaving (a response
+// landing on another goroutine just then) makes the request wait out the
+// hold with its token, and if its ctx ends during that hold, the token is
+// spent (a Limiter has no way to take one back). When every request is sent
+// from fibers of one sched.Run loop this race cannot happen.
 //
 // A 429 or 503 response that says when to come back (Retry-After, in
 // seconds or as an HTTP date, or else a RateLimit field with r=0 and t
@@ -79,7 +88,8 @@ type RoundTripper struct {
 	adapt   bool
 
 	mu    sync.Mutex
-	until time.Time // guarded by mu; no request leaves before it
+	until time.Time               // guarded by mu; no request leaves before it
+	abort context.CancelCauseFunc // guarded by mu; ends the head's wait on the limiter (see take)
 }
 
 // TransportOption configures Transport.
@@ -163,22 +173,69 @@ func (t *RoundTripper) Hold() time.Time {
 	return t.until
 }
 
-// wait takes the caller's turn: through the FIFO gate, past any hold, one
-// unit of the limiter, and past any hold that began meanwhile.
+// wait takes the caller's turn: through the FIFO gate, past any hold, then
+// one unit of the limiter, going back to wait out any hold that begins
+// before the unit comes.
 func (t *RoundTripper) wait(ctx context.Context) error {
 	if err := t.gate.Acquire(ctx, 1); err != nil {
 		return err
 	}
 	defer t.gate.Release(1)
-	if err := t.sleepHold(ctx); err != nil {
-		return err
+	for {
+		if err := t.sleepHold(ctx); err != nil {
+			return err
+		}
+		again, err := t.take(ctx)
+		if err != nil {
+			return err
+		}
+		if !again {
+			break
+		}
 	}
-	if err := t.lim.Acquire(ctx, 1); err != nil {
-		return err
-	}
-	// Why again: a 429 may have arrived while we waited for the token. The
-	// token is spent either way; the request still must not leave early.
+	// Only a hold that began in the instant between the limiter's grant and
+	// take's last look (a response on another goroutine) is left: the token
+	// is ours now, and the request still must not leave early.
 	return t.sleepHold(ctx)
+}
+
+// errHoldBegan is the cause with which learn ends the head's wait on the
+// limiter; it never reaches a caller.
+var errHoldBegan = errors.New("httplimit: a hold began")
+
+// take waits for one unit of the limiter. If a hold begins before the unit
+// comes, it gives up the wait and reports again: the head then waits out the
+// hold holding nothing, and takes its unit after it.
+//
+// Why not take the unit and then wait out the hold with it: a Limiter has no
+// way to take a unit back, so a request cancelled during the hold would
+// spend it, and the bucket, refilling to its burst behind a head that
+// already holds a unit, would let burst+1 requests leave as the hold ends.
+func (t *RoundTripper) take(ctx context.Context) (again bool, err error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Look at the hold and publish cancel under one lock, so a hold that
+	// begins after this look ends the wait below.
+	t.mu.Lock()
+	if t.until.After(sched.Now(ctx)) {
+		t.mu.Unlock()
+		return true, nil
+	}
+	t.abort = cancel
+	t.mu.Unlock()
+
+	err = t.lim.Acquire(actx, 1)
+
+	t.mu.Lock()
+	t.abort = nil
+	t.mu.Unlock()
+	if err != nil && context.Cause(actx) == errHoldBegan {
+		if err := ctx.Err(); err != nil {
+			return false, err // ctx ended too: its error, not ours
+		}
+		return true, nil
+	}
+	return false, err
 }
 
 func (t *RoundTripper) sleepHold(ctx context.Context) error {
@@ -221,11 +278,15 @@ func (t *RoundTripper) learn(ctx context.Context, resp *http.Response) bool {
 		return false
 	}
 	until := now.Add(min(d, MaxHold))
+	var abort context.CancelCauseFunc
 	t.mu.Lock()
 	if until.After(t.until) {
-		t.until = until
+		t.until, abort = until, t.abort
 	}
 	t.mu.Unlock()
+	if abort != nil {
+		abort(errHoldBegan) // the head waits out the hold before its token
+	}
 	return true
 }
 

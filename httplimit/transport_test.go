@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -25,10 +26,9 @@ import (
 // These tests run inside a sched.Run loop on a virtual clock, so every
 // instant below is exact and no test sleeps. The upstream is an
 // http.Handler called in memory through inMemory, on the same virtual
-// clock; the loopback path is covered by examples/fetch and the Middleware
-// tests. (testing/synctest was the first choice; on this branch the
-// semaphore and ratelimiter pool their waiters' channels across bubbles,
-// which crashes the second bubble of a test binary; issue 8 fixes that.)
+// clock; the loopback path is covered by TestTransportLoopbackHold,
+// examples/fetch and the Middleware tests. synctest_test.go runs the same
+// scenarios with plain goroutines in testing/synctest bubbles.
 
 // inMemory is an http.RoundTripper that serves each request with a handler
 // in this process, as a server would (the handler sees its own copy).
@@ -63,11 +63,11 @@ func virtual(t *testing.T, main func(ctx context.Context, vc *vclock.Clock)) {
 // arithmetic is independent of ratelimiter's ticker refill), and records
 // when each request arrived.
 type upstream struct {
-	vc     *vclock.Clock
-	start  time.Time
+	since  func() time.Duration // time since the upstream started
 	mem    *store.Memory
 	force  atomic.Int64 // answer the next n requests 429 whatever the bucket says
 	header http.Header  // fields of a forced 429 (default Retry-After: 2)
+	policy store.Policy // the limit above which it answers 429 (default 5/s, burst 5)
 
 	mu       sync.Mutex
 	arrivals []time.Duration // since start
@@ -75,8 +75,16 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T, vc *vclock.Clock) *upstream {
-	u := &upstream{vc: vc, start: vc.Now(), header: http.Header{"Retry-After": {"2"}}}
-	u.mem = store.NewMemory(store.WithClock(func() time.Duration { return vc.Since(u.start) + time.Hour }))
+	start := vc.Now()
+	return newUpstreamSince(t, func() time.Duration { return vc.Since(start) })
+}
+
+// newUpstreamSince is newUpstream on any clock: since tells the time since
+// the upstream started (in a testing/synctest bubble, time.Since is fake).
+func newUpstreamSince(t *testing.T, since func() time.Duration) *upstream {
+	u := &upstream{since: since, header: http.Header{"Retry-After": {"2"}},
+		policy: store.Policy{Name: "api", Rate: 5, Burst: 5}}
+	u.mem = store.NewMemory(store.WithClock(func() time.Duration { return since() + time.Hour }))
 	t.Cleanup(func() { _ = u.mem.Close() })
 	return u
 }
@@ -91,12 +99,12 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if u.header.Get("X-Status") == "503" {
 			code = http.StatusServiceUnavailable
 		}
-	} else if res, _ := u.mem.Allow(r.Context(), "k", 1, store.Policy{Name: "api", Rate: 5, Burst: 5}); !res.Allowed {
+	} else if res, _ := u.mem.Allow(r.Context(), "k", 1, u.policy); !res.Allowed {
 		code = http.StatusTooManyRequests
 		w.Header().Set("Retry-After", "2")
 	}
 	u.mu.Lock()
-	u.arrivals = append(u.arrivals, u.vc.Since(u.start))
+	u.arrivals = append(u.arrivals, u.since())
 	u.codes = append(u.codes, code)
 	u.mu.Unlock()
 	w.WriteHeader(code)
@@ -106,6 +114,32 @@ func (u *upstream) log() ([]time.Duration, []int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]time.Duration(nil), u.arrivals...), append([]int(nil), u.codes...)
+}
+
+// assertPaced checks that the upstream saw n requests, none refused, the
+// k-th at exactly max(0, k−4)·200 ms: 5 at once, then one every 200 ms, the
+// schedule of a limiter at 5/s, burst 5.
+func (u *upstream) assertPaced(t *testing.T, n int) {
+	arrivals, codes := u.log()
+	require.Len(t, codes, n)
+	assert.NotContains(t, codes, 429)
+	for k, at := range arrivals {
+		assert.Equal(t, time.Duration(max(0, k-4))*200*time.Millisecond, at, "request %d", k)
+	}
+}
+
+// assertHeld checks the scene of a refusal (code, with Retry-After: 2) at
+// 0 s followed by 8 requests through a transport at 5/s, burst 5: nothing
+// for exactly 2 s. The refusal spent one token; by 2 s the bucket is full
+// again (5): 5 go at 2 s, then one every 200 ms, in order.
+func (u *upstream) assertHeld(t *testing.T, code int) {
+	arrivals, codes := u.log()
+	require.Len(t, arrivals, 9)
+	assert.Equal(t, []int{code, 200, 200, 200, 200, 200, 200, 200, 200}, codes)
+	want := []time.Duration{0, 2000, 2000, 2000, 2000, 2000, 2200, 2400, 2600}
+	for i, w := range want {
+		assert.Equal(t, w*time.Millisecond, arrivals[i], "request %d", i)
+	}
 }
 
 func limiter(t *testing.T, ctx context.Context, rate float64, burst int) *ratelimiter.Limiter {
@@ -154,13 +188,7 @@ func TestTransportZero429s(t *testing.T) {
 		up := newUpstream(t, vc)
 		c := &http.Client{Transport: httplimit.Transport(inMemory{up}, limiter(t, ctx, 5, 5))}
 		spawn(t, ctx, c, 50)()
-		arrivals, codes := up.log()
-		require.Len(t, codes, 50)
-		assert.NotContains(t, codes, 429)
-		for k, at := range arrivals {
-			// 5 at once, then one every 200 ms: the k-th at (k−4)·200 ms.
-			assert.Equal(t, time.Duration(max(0, k-4))*200*time.Millisecond, at, "request %d", k)
-		}
+		up.assertPaced(t, 50)
 	})
 }
 
@@ -208,16 +236,7 @@ func TestTransportHoldsAfter429(t *testing.T) {
 				assert.Equal(t, vc.Now().Add(2*time.Second), rt.Hold())
 
 				spawn(t, ctx, c, 8)()
-				arrivals, codes := up.log()
-				require.Len(t, arrivals, 9)
-				assert.Equal(t, []int{code, 200, 200, 200, 200, 200, 200, 200, 200}, codes)
-				assert.Equal(t, time.Duration(0), arrivals[0])
-				// Nothing for exactly 2 s. The 429 spent one token; by 2 s the
-				// bucket is full again (5): 5 go at 2 s, then one every 200 ms.
-				want := []time.Duration{2000, 2000, 2000, 2000, 2000, 2200, 2400, 2600}
-				for i, w := range want {
-					assert.Equal(t, w*time.Millisecond, arrivals[i+1], "request %d", i+1)
-				}
+				up.assertHeld(t, code)
 			})
 		})
 	}
@@ -243,7 +262,7 @@ func TestTransportCancelLeavesQueue(t *testing.T) {
 		cf := sched.Go(ctx, func(ctx context.Context) error {
 			_, err := status(t, c, ctx, http.MethodGet)
 			assert.NoError(t, err)
-			third = up.vc.Since(up.start)
+			third = up.since()
 			return nil
 		})
 		sched.Yield(ctx) // C waits behind B
@@ -349,14 +368,19 @@ func (a *adaptive) SetRate(r float64) error                  { a.rate = r; retur
 func (a *adaptive) Burst() int                               { return a.burst }
 func (a *adaptive) SetBurst(b int) error                     { a.burst = b; return nil }
 
+// adaptable is what TestTransportAdaptsToPolicy reads back.
+type adaptable interface {
+	httplimit.Limiter
+	Rate() float64
+	Burst() int
+}
+
+// TestTransportAdaptsToPolicy: with AdaptToPolicy the limiter's rate and
+// burst come down to the upstream's advertised policy, never up, on a
+// stand-in limiter and on the real *ratelimiter.Limiter (whose pace then
+// follows: the real one runs in a synctest bubble, so its waits are exact).
 func TestTransportAdaptsToPolicy(t *testing.T) {
-	policy := ""
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("RateLimit-Policy", policy)
-	})
-	lim := &adaptive{rate: 10, burst: 10}
-	c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim, httplimit.AdaptToPolicy())}
-	for _, step := range []struct {
+	steps := []struct {
 		policy string
 		rate   float64
 		burst  int
@@ -366,19 +390,69 @@ func TestTransportAdaptsToPolicy(t *testing.T) {
 		{`"a";q=oops;w=1, "b";q=1;w=1`, 1, 4},              // a malformed member is ignored
 		{`"day";q=86400;w=86400, "min";q=30;w=60`, 0.5, 4}, // the strictest policy wins
 		{`garbage,,;`, 0.5, 4},                             // nothing usable: unchanged
-	} {
-		policy = step.policy
-		code, err := status(t, c, context.Background(), http.MethodGet)
-		require.NoError(t, err)
-		require.Equal(t, 200, code)
-		assert.Equal(t, step.rate, lim.rate, step.policy)
-		assert.Equal(t, step.burst, lim.burst, step.policy)
 	}
+	var (
+		mu       sync.Mutex
+		policy   string
+		arrivals []time.Time
+	)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		arrivals = append(arrivals, time.Now())
+		if policy != "" {
+			w.Header().Set("RateLimit-Policy", policy)
+		}
+	})
+	run := func(t *testing.T, lim adaptable) {
+		c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim, httplimit.AdaptToPolicy())}
+		for _, step := range steps {
+			mu.Lock()
+			policy = step.policy
+			mu.Unlock()
+			code, err := status(t, c, context.Background(), http.MethodGet)
+			require.NoError(t, err)
+			require.Equal(t, 200, code)
+			assert.Equal(t, step.rate, lim.Rate(), step.policy)
+			assert.Equal(t, step.burst, lim.Burst(), step.policy)
+		}
+	}
+	t.Run("stand-in", func(t *testing.T) { run(t, &adaptive{rate: 10, burst: 10}) })
+	t.Run("ratelimiter", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			lim, err := ratelimiter.New(context.Background(), 10, 10)
+			require.NoError(t, err)
+			defer lim.Stop()
+			mu.Lock()
+			arrivals = nil
+			mu.Unlock()
+			start := time.Now()
+			run(t, lim)
+			// The bucket held 8 when burst 4 cut it to 4; three more
+			// requests took 3. Now the limiter's pace is the upstream's
+			// 0.5/s: one at once, then one every 2 s.
+			mu.Lock()
+			policy = ""
+			mu.Unlock()
+			c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
+			for range 3 {
+				_, err := status(t, c, context.Background(), http.MethodGet)
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var got []time.Duration
+			for _, at := range arrivals {
+				got = append(got, at.Sub(start))
+			}
+			assert.Equal(t, []time.Duration{0, 0, 0, 0, 0, 0, 2 * time.Second, 4 * time.Second}, got)
+		})
+	})
 
 	// Without the option the limiter is left alone.
-	lim = &adaptive{rate: 10, burst: 10}
+	lim := &adaptive{rate: 10, burst: 10}
 	policy = `"a";q=1;w=1`
-	c = &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
+	c := &http.Client{Transport: httplimit.Transport(inMemory{h}, lim)}
 	_, err := status(t, c, context.Background(), http.MethodGet)
 	require.NoError(t, err)
 	assert.Equal(t, 10.0, lim.rate)
