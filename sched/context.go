@@ -2,6 +2,8 @@ package sched
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +38,10 @@ type loopCtx struct {
 	cause      error
 	funcs      map[uint64]func() // AfterFunc callbacks, run once on cancel
 	nextFunc   uint64
-	waiters    waiterList // parked Waiters, cancelled on cancel
-	timer      Timer      // the deadline timer, nil when none is armed
-	stopParent func() bool
+	waiters    waiterList  // parked Waiters, cancelled on cancel
+	timer      Timer       // the deadline timer, nil when none is armed
+	stopParent func() bool // unregisters from a loop context parent
+	watching   *watch      // the watch on a standard parent
 }
 
 func newLoopCtx(parent context.Context, l *loop) *loopCtx {
@@ -62,11 +65,18 @@ func (c *loopCtx) propagate() {
 		c.stopParent = p.AfterFunc(func() { c.cancel(p.Err(), p.causeOrErr()) })
 		return
 	}
-	// A standard parent tells us from a goroutine of its own; until it has,
-	// the loop must not judge itself idle (see loop.outsidePending).
+	// A standard parent: the loop settles it before every scheduling
+	// decision (see loop.watch).
 	parent := c.parent
-	c.l.watch(c, parent)
-	c.stopParent = context.AfterFunc(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
+	n := c.l.watch(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
+	c.mu.Lock()
+	if c.Err() == nil {
+		c.watching, n = n, nil
+	}
+	c.mu.Unlock()
+	if n != nil { // the watch fired already, before c could keep it
+		c.l.unwatch(n)
+	}
 }
 
 // nearestLoopCtx returns ctx's nearest loop context when ctx is done exactly
@@ -125,6 +135,9 @@ func (c *loopCtx) String() string { return "sched.loopContext" }
 // that cancels it (without c's lock held). It returns a function that
 // unregisters f and reports whether it did so before f started. It is what
 // context.AfterFunc and the standard derived contexts use.
+//
+// Callbacks run in registration order, so that the same program cancels
+// the same children in the same order on every run.
 func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.Err() != nil {
@@ -141,9 +154,13 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Unlock()
 	return func() bool {
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		_, ok := c.funcs[id]
 		delete(c.funcs, id)
+		c.mu.Unlock()
+		// A standard child of c that is cancelled by its own cancel
+		// function unregisters here, after it and its descendants are
+		// done: settle now, so waits on them end before cancel returns.
+		c.l.settle()
 		return ok
 	}
 }
@@ -196,8 +213,8 @@ func (c *loopCtx) cancel(err, cause error) {
 	c.waiters = waiterList{}
 	funcs := c.funcs
 	c.funcs = nil
-	timer, stopParent := c.timer, c.stopParent
-	c.timer, c.stopParent = nil, nil
+	timer, stopParent, watching := c.timer, c.stopParent, c.watching
+	c.timer, c.stopParent, c.watching = nil, nil, nil
 	c.mu.Unlock()
 
 	if timer != nil {
@@ -205,17 +222,53 @@ func (c *loopCtx) cancel(err, cause error) {
 	}
 	if stopParent != nil {
 		stopParent()
-		// Still watched until the wakes below are queued.
-		defer c.l.unwatch(c)
+	}
+	if watching != nil {
+		// Still watched until the wakes below are queued, so that the
+		// loop does not judge itself idle meanwhile.
+		defer c.l.unwatch(watching)
 	}
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)
 	}
-	// Map order is random; callbacks are independent of one another, and
-	// they only cancel contexts or hand work to goroutines.
-	for _, f := range funcs {
-		f()
+	// In registration order (a map's order is random): the standard
+	// children cancel their own children synchronously, in turn.
+	for _, id := range slices.Sorted(maps.Keys(funcs)) {
+		funcs[id]()
 	}
+	// Waits on those standard descendants end now, not at the next
+	// scheduling decision.
+	c.l.settle()
+}
+
+// AfterFunc arranges to call f once after ctx is done, as context.AfterFunc
+// does, and returns a stop function that unregisters f, reporting whether
+// it did so before f started. context.AfterFunc always runs f on a goroutine
+// of its own, so inside a loop its effects land whenever the Go scheduler
+// runs that goroutine; AfterFunc runs f at a fixed point of the schedule
+// instead, so that a chain of cancellations (f cancelling another context)
+// replays identically. When ctx is a context of Run, of Daemon, of
+// WithTimeout or WithDeadline (or a value wrapper of one), f runs on the
+// goroutine that cancels it, before that cancel returns. When ctx is a
+// standard context over a loop's context (context.WithCancel and the like),
+// f runs on the loop at the first scheduling decision after ctx is done,
+// before any other fiber runs, or before that cancel returns if it can tell.
+// Outside any loop it is context.AfterFunc. f must not block.
+func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
+	l := nearestLoop(ctx)
+	if l == nil {
+		return context.AfterFunc(ctx, f)
+	}
+	if c := nearestLoopCtx(ctx); c != nil {
+		return c.AfterFunc(f)
+	}
+	n := &watch{ctx: ctx}
+	n.fire = func() {
+		f()
+		l.unwatch(n)
+	}
+	l.addWatch(n)
+	return func() bool { return l.removeWatch(n, true) }
 }
 
 // WithTimeout is WithDeadline(ctx, Now(ctx).Add(d)).

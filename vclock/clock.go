@@ -25,6 +25,7 @@ type Clock struct {
 	mu     sync.Mutex
 	now    time.Duration // offset of the current time from base
 	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
+	ties   func() uint64 // if set, draws a tie-breaker that comes before seq
 	timers timerHeap     // entries, earliest (deadline, seq) first
 	live   int           // armed timers; the rest of the entries are stale
 }
@@ -78,9 +79,12 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 		t.when = 1<<63 - 1
 	}
 	c.seq++
-	t.seq, t.armed = c.seq, true
+	t.seq, t.armed, t.tie = c.seq, true, 0
+	if c.ties != nil {
+		t.tie = c.ties()
+	}
 	c.live++
-	c.timers.push(entry{when: t.when, seq: t.seq, t: t})
+	c.timers.push(entry{when: t.when, tie: t.tie, seq: t.seq, t: t})
 }
 
 // disarm marks t stopped, leaving its entry stale. c.mu is held.
@@ -111,6 +115,18 @@ func (c *Clock) top() (entry, bool) {
 		c.timers.pop()
 	}
 	return entry{}, false
+}
+
+// SetTieBreaker changes the order of timers armed from now on that share a
+// deadline: they fire in the order of the values next returns for them
+// (creation order among equal values) instead of creation order. A nil next
+// restores creation order. Schedule exploration (sched.WithSeed) passes a
+// seeded generator here. next runs under the clock's lock: it must not use
+// the clock.
+func (c *Clock) SetTieBreaker(next func() uint64) {
+	c.mu.Lock()
+	c.ties = next
+	c.mu.Unlock()
 }
 
 // Advance moves the clock forward by d, firing every timer whose deadline is
