@@ -1,0 +1,187 @@
+package ratelimiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/ratelimiter"
+	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/sched/schedtest"
+)
+
+// exploreSchedule is one schedule of 100 fibers that each take 1 to 3
+// tokens at the same instant from a limiter of 10 tokens per second and a
+// burst of 5. Whatever order they reach Acquire in, each is granted at the
+// exact instant the model of a FIFO token bucket gives: when the tokens
+// credited so far (the burst, plus one every 100 ms) cover its own tokens and
+// those of everyone who arrived before it.
+func exploreSchedule(t *testing.T, seed uint64) {
+	const (
+		fibers = 100
+		rate   = 10
+		burst  = 5
+	)
+	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
+	type call struct {
+		arrival, n int
+		at         time.Duration
+	}
+	calls := make([]call, 0, fibers)
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		l, err := ratelimiter.New(ctx, rate, burst)
+		if err != nil {
+			return err
+		}
+		for range fibers {
+			n := 1 + rng.IntN(3)
+			sched.Go(ctx, func(ctx context.Context) error {
+				arrival := len(calls) // Acquire returns or parks before any other fiber runs
+				calls = append(calls, call{arrival: arrival, n: n})
+				if err := l.Acquire(ctx, n); err != nil {
+					return err
+				}
+				calls[arrival].at = since(ctx)
+				return nil
+			})
+		}
+		return nil
+	}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
+	require.NoError(t, err)
+	require.Len(t, calls, fibers)
+	demand := 0
+	for _, c := range calls {
+		demand += c.n
+		want := time.Duration(max(0, demand-burst)) * time.Second / rate
+		require.Equal(t, want, c.at, "arrival %d (n=%d, %d tokens asked so far)", c.arrival, c.n, demand)
+	}
+}
+
+// The exact FIFO schedule holds in 1,000 orders of arrival.
+func TestExploreExactSchedule(t *testing.T) {
+	schedtest.Explore(t, 1000, exploreSchedule)
+}
+
+// exploreBound is one schedule of a saturated limiter (7 tokens per second,
+// burst 4) with random cancellations: workers take 1 to 4 tokens again and
+// again, some on a context.WithCancel that a chaos fiber cancels at random,
+// some under a random sched.WithTimeout, until the phase ends at 2.0005 s
+// (between two tokens) and cancels everything still waiting. The checks:
+//   - over every window [s, e] between grants, the tokens granted are at
+//     most rate·(e−s) + burst (with e−s measured to the nanosecond);
+//   - hand-back: nothing is lost, so the tokens granted plus the tokens in
+//     the bucket after the phase equal the burst plus every token accrued,
+//     rate·2.0005 s (the bucket never filled, so it never stopped accruing);
+//     a cancelled waiter's collected tokens that went nowhere would show;
+//   - a failed Acquire returns its context's error.
+func exploreBound(t *testing.T, seed uint64) {
+	const (
+		rate  = 7.0
+		burst = 4
+		end   = 2*time.Second + 500*time.Microsecond
+	)
+	rng := rand.New(rand.NewPCG(seed, 0xb0))
+	type grant struct {
+		at time.Duration
+		n  int
+	}
+	var (
+		grants   []grant
+		granted  int
+		cancels  []context.CancelFunc
+		failures []string
+		tokens   float64
+		waiters  int
+	)
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		l, err := ratelimiter.New(ctx, rate, burst)
+		if err != nil {
+			return err
+		}
+		phase, endPhase := context.WithCancel(ctx)
+		defer endPhase()
+		var workers []*sched.Fiber
+		for w := range 8 {
+			workers = append(workers, sched.Go(ctx, func(ctx context.Context) error {
+				for op := 0; phase.Err() == nil; op++ {
+					n := 1 + rng.IntN(burst)
+					cctx, cancel := phase, context.CancelFunc(func() {})
+					switch rng.IntN(3) {
+					case 1:
+						cctx, cancel = context.WithCancel(phase)
+						cancels = append(cancels, cancel)
+					case 2:
+						cctx, cancel = sched.WithTimeout(phase, time.Duration(rng.IntN(400))*time.Millisecond)
+					}
+					err := l.Acquire(cctx, n)
+					cancel()
+					switch {
+					case err == nil:
+						grants = append(grants, grant{since(ctx), n})
+						granted += n
+					case cctx.Err() == nil || !errors.Is(err, cctx.Err()):
+						fail("worker %d op %d: Acquire: %v with ctx.Err() = %v", w, op, err, cctx.Err())
+					}
+					_ = sched.Sleep(phase, time.Duration(rng.IntN(300))*time.Millisecond)
+				}
+				return nil
+			}))
+		}
+		sched.Go(ctx, func(ctx context.Context) error {
+			for phase.Err() == nil {
+				_ = sched.Sleep(phase, time.Duration(1+rng.IntN(100))*time.Millisecond)
+				if len(cancels) > 0 {
+					i := rng.IntN(len(cancels))
+					cancels[i]()
+					cancels = slices.Delete(cancels, i, i+1)
+				}
+			}
+			return nil
+		})
+		if err := sched.Sleep(ctx, end); err != nil {
+			return err
+		}
+		endPhase()
+		for _, w := range workers {
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		if since(ctx) != end {
+			fail("the phase ended at %v, want %v", since(ctx), end)
+		}
+		tokens, waiters = l.Tokens(), l.Waiters()
+		return nil
+	}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
+	require.NoError(t, err)
+	require.Empty(t, failures)
+	require.Zero(t, waiters)
+	require.InDelta(t, burst+rate*end.Seconds(), float64(granted)+tokens, 1e-6,
+		"granted %d, %v left in the bucket: tokens lost or made up", granted, tokens)
+	// grants are in time order (a slice appended to as time moves on). A
+	// token due between two nanoseconds is credited at the later one, so a
+	// window's measured length is up to 1 ns short of the real one.
+	for i := range grants {
+		sum := 0
+		for j := i; j < len(grants); j++ {
+			sum += grants[j].n
+			window := grants[j].at - grants[i].at
+			if limit := rate*(window+time.Nanosecond).Seconds() + burst; float64(sum) > limit {
+				require.Failf(t, "window bound broken", "%d tokens granted in [%v, %v], at most %v allowed",
+					sum, grants[i].at, grants[j].at, limit)
+			}
+		}
+	}
+}
+
+// rate·window + burst and hand-back on cancel hold in 1,000 schedules.
+func TestExploreWindowBoundAndHandBack(t *testing.T) {
+	schedtest.Explore(t, 1000, exploreBound)
+}
