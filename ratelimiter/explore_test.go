@@ -16,34 +16,35 @@ import (
 	"github.com/sluice-go/sluice/sched/schedtest"
 )
 
-// exploreSchedule is one schedule of 100 fibers that each take 1 to 3
-// tokens at the same instant from a limiter of 10 tokens per second and a
-// burst of 5. Whatever order they reach Acquire in, each is granted at the
-// exact instant the model of a FIFO token bucket gives: when the tokens
-// credited so far (the burst, plus one every 100 ms) cover its own tokens and
-// those of everyone who arrived before it.
-func exploreSchedule(t *testing.T, seed uint64) {
-	const (
-		fibers = 100
-		rate   = 10
-		burst  = 5
-	)
+// scheduleCall is one Acquire of the 100-fiber schedule: its place in the
+// order of arrival, its tokens, and when it returned.
+type scheduleCall struct {
+	arrival, n int
+	at         time.Duration
+}
+
+const (
+	scheduleFibers = 100
+	scheduleRate   = 10
+	scheduleBurst  = 5
+)
+
+// runSchedule has 100 fibers each take 1 to 3 tokens (drawn from seed) at
+// the same instant from a limiter of 10 tokens per second and a burst of 5,
+// and returns the calls in order of arrival.
+func runSchedule(seed uint64, opts ...sched.Option) ([]scheduleCall, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
-	type call struct {
-		arrival, n int
-		at         time.Duration
-	}
-	calls := make([]call, 0, fibers)
+	calls := make([]scheduleCall, 0, scheduleFibers)
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
-		l, err := ratelimiter.New(ctx, rate, burst)
+		l, err := ratelimiter.New(ctx, scheduleRate, scheduleBurst)
 		if err != nil {
 			return err
 		}
-		for range fibers {
+		for range scheduleFibers {
 			n := 1 + rng.IntN(3)
 			sched.Go(ctx, func(ctx context.Context) error {
 				arrival := len(calls) // Acquire returns or parks before any other fiber runs
-				calls = append(calls, call{arrival: arrival, n: n})
+				calls = append(calls, scheduleCall{arrival: arrival, n: n})
 				if err := l.Acquire(ctx, n); err != nil {
 					return err
 				}
@@ -52,13 +53,23 @@ func exploreSchedule(t *testing.T, seed uint64) {
 			})
 		}
 		return nil
-	}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
+	}, append(opts, sched.Virtual(time.Time{}))...)
+	return calls, err
+}
+
+// exploreSchedule is one schedule of runSchedule. Whatever order the fibers
+// reach Acquire in, each is granted at the exact instant the model of a FIFO
+// token bucket gives: when the tokens credited so far (the burst, plus one
+// every 100 ms) cover its own tokens and those of everyone who arrived
+// before it.
+func exploreSchedule(t *testing.T, seed uint64) {
+	calls, err := runSchedule(seed, sched.WithSeed(seed))
 	require.NoError(t, err)
-	require.Len(t, calls, fibers)
+	require.Len(t, calls, scheduleFibers)
 	demand := 0
 	for _, c := range calls {
 		demand += c.n
-		want := time.Duration(max(0, demand-burst)) * time.Second / rate
+		want := time.Duration(max(0, demand-scheduleBurst)) * time.Second / scheduleRate
 		require.Equal(t, want, c.at, "arrival %d (n=%d, %d tokens asked so far)", c.arrival, c.n, demand)
 	}
 }

@@ -2,7 +2,8 @@
 // told to, by hand (Advance, AdvanceTo) or by a run loop (package sched) that
 // jumps to the next deadline when every fiber is parked.
 //
-// Timers fire in (deadline, creation order). Each callback runs with the
+// Timers fire in (deadline, creation order), or in a caller-chosen order
+// among equal deadlines (SetTieBreaker). Each callback runs with the
 // clock reading exactly its own deadline, and never under the clock's lock,
 // so a callback may read the clock, stop timers or add new ones. Nothing in
 // this package sleeps in real time.
