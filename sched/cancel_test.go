@@ -132,12 +132,13 @@ var ctxKinds = []ctxKind{
 	}},
 }
 
-// load keeps the machine's other cores busy while a test runs, so that
-// goroutines the standard library starts run late or early.
+// load keeps a goroutine busy while a test runs, competing with the loop
+// and with the goroutines the standard library starts, so that those run
+// late or early.
 func load(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
+	for range max(1, runtime.GOMAXPROCS(0)-1) {
 		wg.Go(func() {
 			for {
 				select {
@@ -165,9 +166,9 @@ func cancelScenario(t *testing.T, k ctxKind, fromGoroutine bool) {
 		wctx, cancel := k.make(ctx)
 		first := sched.Go(ctx, func(context.Context) error { return q.wait(wctx) })
 		second := sched.Go(ctx, func(ctx context.Context) error { return q.wait(ctx) })
-		for range 3 {
+		for range 2 {
 			sched.Go(ctx, func(ctx context.Context) error {
-				for range 5 {
+				for range 4 {
 					sched.Yield(ctx)
 				}
 				return nil
