@@ -221,33 +221,27 @@ func cancelScenario(t *testing.T, k ctxKind, fromGoroutine bool) {
 // Before the fix, the waiter on a standard context left the queue only when
 // the goroutine of context.AfterFunc happened to run.
 func TestCancelLandsBeforeAnyOtherFiberRuns(t *testing.T) {
-	load(t)
-	runs := 1000
-	if testing.Short() {
-		runs = 100
-	}
-	for _, k := range ctxKinds {
-		t.Run(k.name, func(t *testing.T) {
-			for range runs {
-				cancelScenario(t, k, false)
-			}
-		})
-	}
+	everyKind(t, 1000, false)
 }
 
 // A cancel from a plain goroutine lands at the first scheduling decision
 // after it returned: here, before the fiber that waited for that goroutine
 // resumes.
 func TestCancelFromAGoroutineLandsAtTheNextDecision(t *testing.T) {
+	everyKind(t, 200, true)
+}
+
+// everyKind runs cancelScenario runs times for each context kind under
+// load (a tenth as many with -short).
+func everyKind(t *testing.T, runs int, fromGoroutine bool) {
 	load(t)
-	runs := 200
 	if testing.Short() {
-		runs = 20
+		runs /= 10
 	}
 	for _, k := range ctxKinds {
 		t.Run(k.name, func(t *testing.T) {
 			for range runs {
-				cancelScenario(t, k, true)
+				cancelScenario(t, k, fromGoroutine)
 			}
 		})
 	}
