@@ -51,8 +51,9 @@ func WithClock(rc clock.Clock) Option {
 // order drawn from a PCG generator (math/rand/v2) seeded with seed, instead
 // of FIFO, and under a virtual clock timers due at the same instant fire in
 // a seeded order too, instead of creation order. The same seed gives the
-// same schedule, so the same trace byte for byte for a program whose only
-// nondeterminism is the schedule: a failing seed replays exactly. Yield
+// same schedule (with the same code and Go release), so the same trace byte
+// for byte for a program whose only nondeterminism is the schedule: a
+// failing seed replays exactly. Yield
 // remains a scheduling point but no longer promises that every other fiber
 // runs first. Timers armed on a WithVirtualClock clock during the run take
 // their ties from the seed too. Without WithSeed the order is FIFO. See
