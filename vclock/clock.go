@@ -26,7 +26,7 @@ type Clock struct {
 	mu     sync.Mutex
 	now    time.Duration // offset of the current time from base
 	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
-	ties   func() uint64 // if set, draws a tie-breaker that comes before seq
+	ties   func() uint64 // if set, draws the order of equal deadlines (SetTieBreaker)
 	timers timerHeap     // entries, earliest (deadline, seq) first
 	live   int           // armed timers; the rest of the entries are stale
 }
@@ -80,12 +80,17 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 		t.when = 1<<63 - 1
 	}
 	c.seq++
-	t.seq, t.armed, t.tie = c.seq, true, 0
+	t.seq, t.armed = c.seq, true
 	if c.ties != nil {
-		t.tie = c.ties()
+		// The drawn value orders equal deadlines, in the high half of the
+		// sequence number; the count in the low half keeps each arming of
+		// a timer distinct from its stale entries (see entry.live) and
+		// breaks ties between equal draws in creation order. Packed, so
+		// that heap entries stay 24 bytes.
+		t.seq = c.ties()<<32 | c.seq&(1<<32-1)
 	}
 	c.live++
-	c.timers.push(entry{when: t.when, tie: t.tie, seq: t.seq, t: t})
+	c.timers.push(entry{when: t.when, seq: t.seq, t: t})
 }
 
 // disarm marks t stopped, leaving its entry stale. c.mu is held.
@@ -119,11 +124,11 @@ func (c *Clock) top() (entry, bool) {
 }
 
 // SetTieBreaker changes the order of timers armed from now on that share a
-// deadline: they fire in the order of the values next returns for them
-// (creation order among equal values) instead of creation order. A nil next
-// restores creation order. Schedule exploration (sched.WithSeed) passes a
-// seeded generator here. next runs under the clock's lock: it must not use
-// the clock.
+// deadline: they fire in the order of the low 32 bits of the values next
+// returns for them (creation order among equal values) instead of creation
+// order. A nil next restores creation order. Schedule exploration
+// (sched.WithSeed) passes a seeded generator here. next runs under the
+// clock's lock: it must not use the clock.
 func (c *Clock) SetTieBreaker(next func() uint64) {
 	c.mu.Lock()
 	c.ties = next

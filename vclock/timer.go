@@ -10,7 +10,6 @@ type Timer struct {
 
 	// Guarded by c.mu.
 	when  time.Duration // deadline as an offset from c.base
-	tie   uint64        // orders equal deadlines before seq; 0 unless SetTieBreaker
 	seq   uint64        // the sequence number of its live heap entry
 	armed bool
 }
@@ -55,7 +54,6 @@ func (t *Timer) When() time.Time {
 // stale entries outnumber live ones.
 type entry struct {
 	when time.Duration
-	tie  uint64
 	seq  uint64
 	t    *Timer
 }
@@ -65,9 +63,6 @@ func (e entry) live() bool { return e.t.armed && e.t.seq == e.seq }
 func (e entry) before(o entry) bool {
 	if e.when != o.when {
 		return e.when < o.when
-	}
-	if e.tie != o.tie {
-		return e.tie < o.tie
 	}
 	return e.seq < o.seq
 }
