@@ -13,9 +13,9 @@ import (
 //	go test -run '^$' -bench 'ExploreLimiter100Fibers' -count 5 ./ratelimiter
 func BenchmarkExploreLimiter100Fibers(b *testing.B) {
 	for _, seeded := range []bool{false, true} {
-		name := "fifo"
+		name := "order=fifo"
 		if seeded {
-			name = "seeded"
+			name = "order=seeded"
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()

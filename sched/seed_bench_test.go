@@ -32,9 +32,9 @@ func BenchmarkSeededRun(b *testing.B) {
 		return nil
 	}
 	for _, seeded := range []bool{false, true} {
-		name := "fifo"
+		name := "order=fifo"
 		if seeded {
-			name = "seeded"
+			name = "order=seeded"
 		}
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
