@@ -87,7 +87,7 @@ func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Opti
 	}
 	l := newLoop(cfg)
 	if cfg.seeded && l.virtual != nil {
-		ties := rand.New(rand.NewPCG(cfg.seed, 0x71e5)).Uint64
+		ties := rand.NewPCG(cfg.seed, 0x71e5).Uint64
 		l.virtual.SetTieBreaker(ties)
 		defer l.virtual.SetTieBreaker(nil)
 	}
