@@ -78,9 +78,9 @@ func exploreSemaphore(t *testing.T, seed uint64) {
 	}
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
 		now := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
-		for w := range 12 {
+		for w := range 10 {
 			sched.Go(ctx, func(ctx context.Context) error {
-				for op := range 6 {
+				for op := range 5 {
 					check(fmt.Sprintf("worker %d op %d", w, op))
 					n := 1 + rng.Int64N(maxN)
 					cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -131,7 +131,7 @@ func exploreSemaphore(t *testing.T, seed uint64) {
 			})
 		}
 		sched.Go(ctx, func(ctx context.Context) error {
-			for range 40 {
+			for range 30 {
 				if err := sched.Sleep(ctx, time.Duration(rng.IntN(3))*time.Millisecond); err != nil {
 					return err
 				}
