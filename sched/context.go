@@ -251,8 +251,11 @@ func (c *loopCtx) cancel(err, cause error) {
 // WithTimeout or WithDeadline (or a value wrapper of one), f runs on the
 // goroutine that cancels it, before that cancel returns. When ctx is a
 // standard context over a loop's context (context.WithCancel and the like),
-// f runs on the loop at the first scheduling decision after ctx is done,
-// before any other fiber runs, or before that cancel returns if it can tell.
+// f runs on the loop's goroutine at the first scheduling decision after ctx
+// is done, before any other fiber runs; or sooner, on the cancelling
+// goroutine before cancel returns, when the cancellation reaches the loop
+// through a context of this package (a cancel of Run's own context, or of
+// a standard context made directly from a WithTimeout context).
 // Outside any loop it is context.AfterFunc. f must not block.
 func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
 	l := nearestLoop(ctx)

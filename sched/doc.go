@@ -22,7 +22,8 @@
 // loop's goroutine, before any other fiber runs: the loop checks such
 // contexts at every scheduling decision instead of waiting for the goroutine
 // on which the standard library reports them. A cancel from another
-// goroutine lands at the first scheduling decision after it returned.
+// goroutine lands no later than the first scheduling decision after it
+// returned.
 // context.AfterFunc always runs its function on a goroutine of its own; use
 // AfterFunc of this package for a callback at a fixed point of the schedule.
 //
