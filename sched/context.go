@@ -254,8 +254,8 @@ func (c *loopCtx) cancel(err, cause error) {
 // f runs on the loop's goroutine at the first scheduling decision after ctx
 // is done, before any other fiber runs; or sooner, on the cancelling
 // goroutine before cancel returns, when the cancellation reaches the loop
-// through a context of this package (a cancel of Run's own context, or of
-// a standard context made directly from a WithTimeout context).
+// through a context of this package (the cancel of such a context, or of a
+// standard context made directly from one that can end).
 // Outside any loop it is context.AfterFunc. f must not block.
 func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
 	l := nearestLoop(ctx)
