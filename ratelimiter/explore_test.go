@@ -17,10 +17,13 @@ import (
 )
 
 // scheduleCall is one Acquire of the 100-fiber schedule: its place in the
-// order of arrival, its tokens, and when it returned.
+// order of arrival, its tokens, its timeout if it has one, and when and how
+// it returned.
 type scheduleCall struct {
 	arrival, n int
+	timeout    time.Duration // 0: none
 	at         time.Duration
+	err        error
 }
 
 const (
@@ -29,9 +32,11 @@ const (
 	scheduleBurst  = 5
 )
 
-// runSchedule has 100 fibers each take 1 to 3 tokens (drawn from seed) at
-// the same instant from a limiter of 10 tokens per second and a burst of 5,
-// and returns the calls in order of arrival.
+// runSchedule has 100 fibers each take 1 to 3 tokens at the same instant
+// from a limiter of 10 tokens per second and a burst of 5; about one in four
+// gives up after a timeout of a multiple of 50 ms (so half of the timeouts
+// fall on the instant of a token). Sizes and timeouts are drawn from seed.
+// It returns the calls in order of arrival.
 func runSchedule(seed uint64, opts ...sched.Option) ([]scheduleCall, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x5c4ed))
 	calls := make([]scheduleCall, 0, scheduleFibers)
@@ -41,14 +46,20 @@ func runSchedule(seed uint64, opts ...sched.Option) ([]scheduleCall, error) {
 			return err
 		}
 		for range scheduleFibers {
-			n := 1 + rng.IntN(3)
+			c := scheduleCall{n: 1 + rng.IntN(3)}
+			if rng.IntN(4) == 0 {
+				c.timeout = time.Duration(1+rng.IntN(80)) * 50 * time.Millisecond
+			}
 			sched.Go(ctx, func(ctx context.Context) error {
-				arrival := len(calls) // Acquire returns or parks before any other fiber runs
-				calls = append(calls, scheduleCall{arrival: arrival, n: n})
-				if err := l.Acquire(ctx, n); err != nil {
-					return err
+				c.arrival = len(calls) // Acquire returns or parks before any other fiber runs
+				calls = append(calls, c)
+				cctx, cancel := ctx, context.CancelFunc(func() {})
+				if c.timeout > 0 {
+					cctx, cancel = sched.WithTimeout(ctx, c.timeout)
 				}
-				calls[arrival].at = since(ctx)
+				defer cancel()
+				err := l.Acquire(cctx, c.n)
+				calls[c.arrival].at, calls[c.arrival].err = since(ctx), err
 				return nil
 			})
 		}
@@ -58,23 +69,43 @@ func runSchedule(seed uint64, opts ...sched.Option) ([]scheduleCall, error) {
 }
 
 // exploreSchedule is one schedule of runSchedule. Whatever order the fibers
-// reach Acquire in, each is granted at the exact instant the model of a FIFO
-// token bucket gives: when the tokens credited so far (the burst, plus one
-// every 100 ms) cover its own tokens and those of everyone who arrived
-// before it.
+// reach Acquire in, and whichever of a grant and a timeout due at the same
+// instant comes first, every call ends at the exact instant the model of a
+// FIFO token bucket that hands back what a leaver collected gives:
+//   - a granted call when the tokens credited so far (the burst, plus one
+//     every 100 ms) cover its own tokens and those of every granted call
+//     that arrived before it, and not before every call ahead of it that
+//     timed out has left the queue;
+//   - a timed-out call at its deadline, which was not after the instant the
+//     model would have granted it.
+//
+// Tokens lost with a leaver would delay every later grant; tokens made up
+// would advance one.
 func exploreSchedule(t *testing.T, seed uint64) {
 	calls, err := runSchedule(seed, sched.WithSeed(seed))
 	require.NoError(t, err)
 	require.Len(t, calls, scheduleFibers)
+	tokenAt := func(demand int) time.Duration {
+		return time.Duration(max(0, demand-scheduleBurst)) * time.Second / scheduleRate
+	}
 	demand := 0
+	var leftAt time.Duration // the latest timeout so far in arrival order
 	for _, c := range calls {
-		demand += c.n
-		want := time.Duration(max(0, demand-scheduleBurst)) * time.Second / scheduleRate
-		require.Equal(t, want, c.at, "arrival %d (n=%d, %d tokens asked so far)", c.arrival, c.n, demand)
+		grantAt := max(tokenAt(demand+c.n), leftAt)
+		if c.err == nil {
+			demand += c.n
+			require.Equal(t, grantAt, c.at, "arrival %d (n=%d, %d tokens granted so far)", c.arrival, c.n, demand)
+			continue
+		}
+		require.ErrorIs(t, c.err, context.DeadlineExceeded, "arrival %d", c.arrival)
+		require.Equal(t, c.timeout, c.at, "arrival %d timed out at the wrong time", c.arrival)
+		require.LessOrEqual(t, c.at, grantAt, "arrival %d timed out after it could have been granted", c.arrival)
+		leftAt = max(leftAt, c.at)
 	}
 }
 
-// The exact FIFO schedule holds in 1,000 orders of arrival.
+// The exact FIFO schedule holds in 1,000 orders of arrival, with random
+// timeouts.
 func TestExploreExactSchedule(t *testing.T) {
 	schedtest.Explore(t, 1000, exploreSchedule)
 }
