@@ -156,9 +156,9 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 // and, for those that are done, runs fire on its own goroutine (see
 // settle). A cancel therefore lands at a fixed point of the schedule: once
 // cancel has returned on the loop's goroutine, the wait has ended before any
-// other fiber runs; a cancel from another goroutine lands at the first
-// scheduling decision after it returned. The standard library's goroutine
-// only wakes a sleeping loop.
+// other fiber runs; a cancel from another goroutine lands no later than
+// the first scheduling decision after it returned. The standard library's
+// goroutine only wakes a sleeping loop.
 type watch struct {
 	ctx  context.Context
 	fire func() // ends the wait; runs once
@@ -186,6 +186,9 @@ func (l *loop) watch(ctx context.Context, fire func()) *watch {
 }
 
 func (l *loop) addWatch(n *watch) {
+	// Registered before n is published: a settle on another goroutine may
+	// fire n, and its owner unwatch it (reading n.stop), at once.
+	n.stop = context.AfterFunc(n.ctx, l.poke)
 	l.mu.Lock()
 	q := &l.watched
 	n.prev, n.listed = q.tail, true
@@ -198,7 +201,6 @@ func (l *loop) addWatch(n *watch) {
 	q.len++
 	l.nwatched.Store(int32(q.len))
 	l.mu.Unlock()
-	n.stop = context.AfterFunc(n.ctx, l.poke)
 }
 
 // unwatch ends the watch n; it may be called more than once.
