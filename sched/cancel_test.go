@@ -247,25 +247,35 @@ func everyKind(t *testing.T, runs int, fromGoroutine bool) {
 	}
 }
 
-// Cancelling a standard context directly under a loop context that can end
-// (here one of sched.WithTimeout) ends waits on it, and on its descendants,
-// before cancel returns.
+// Cancelling a standard context made directly from a context of this
+// package (Run's own, or a WithTimeout's) ends waits on it, and on its
+// descendants, before cancel returns: the same fiber can cancel and then
+// wake the next waiter at once.
 func TestCancelOfADirectChildLandsBeforeCancelReturns(t *testing.T) {
-	var q waitQueue
-	require.NoError(t, runV(func(ctx context.Context) error {
-		lctx, cancelL := sched.WithTimeout(ctx, time.Hour)
-		defer cancelL()
-		c, cancel := context.WithCancel(lctx)
-		d, cancelD := context.WithTimeout(c, time.Hour)
-		defer cancelD()
-		sched.Go(ctx, func(context.Context) error { _ = q.wait(c); return nil })
-		sched.Go(ctx, func(context.Context) error { _ = q.wait(d); return nil })
-		sched.Yield(ctx)
-		require.Equal(t, 2, q.len())
-		cancel()
-		assert.Equal(t, 0, q.len())
-		return nil
-	}))
+	for _, parent := range []string{"Run", "sched.WithTimeout"} {
+		t.Run(parent, func(t *testing.T) {
+			var q waitQueue
+			require.NoError(t, runV(func(ctx context.Context) error {
+				if parent != "Run" {
+					lctx, cancel := sched.WithTimeout(ctx, time.Hour)
+					defer cancel()
+					ctx = lctx
+				}
+				c, cancel := context.WithCancel(ctx)
+				d, cancelD := context.WithTimeout(c, time.Hour)
+				defer cancelD()
+				sched.Go(ctx, func(context.Context) error { _ = q.wait(c); return nil })
+				sched.Go(ctx, func(context.Context) error { _ = q.wait(d); return nil })
+				third := sched.Go(ctx, func(ctx context.Context) error { return q.wait(ctx) })
+				sched.Yield(ctx)
+				require.Equal(t, 3, q.len())
+				cancel()
+				assert.Equal(t, 1, q.len())
+				assert.True(t, q.wakeHead())
+				return third.Wait(ctx)
+			}))
+		})
+	}
 }
 
 func TestAfterFuncStopAndOutsideALoop(t *testing.T) {

@@ -27,9 +27,12 @@ type loopCtx struct {
 	l        *loop
 	deadline time.Time // zero when this context has none of its own
 	done     chan struct{}
-	// neverDone marks a root whose parent can never be cancelled: Done
-	// returns nil, as for context.Background, so waits on it register
-	// nothing. Its fibers are stopped, not cancelled, when Run ends.
+	// neverDone marks a root whose parent can never be cancelled: it ends
+	// only when Run does, so waits on it register nothing (their fibers
+	// are stopped, not cancelled, when Run ends). Its Done is not nil all
+	// the same: the standard library registers the contexts derived from
+	// it through AfterFunc, so that cancelling one of them reaches the
+	// loop before that cancel returns (see AfterFunc's stop).
 	neverDone bool
 
 	errp atomic.Pointer[error] // set once, under mu; read without it
@@ -99,12 +102,7 @@ func (c *loopCtx) Deadline() (time.Time, bool) {
 	return c.parent.Deadline()
 }
 
-func (c *loopCtx) Done() <-chan struct{} {
-	if c.neverDone {
-		return nil
-	}
-	return c.done
-}
+func (c *loopCtx) Done() <-chan struct{} { return c.done }
 
 func (c *loopCtx) Err() error {
 	if p := c.errp.Load(); p != nil {
@@ -168,6 +166,9 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 // addWaiter registers w to be cancelled with c. It reports false, registering
 // nothing, when c is already done.
 func (c *loopCtx) addWaiter(w *Waiter) bool {
+	if c.neverDone {
+		return c.Err() == nil // nothing to register with: see neverDone
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.Err() != nil {
