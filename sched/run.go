@@ -74,9 +74,10 @@ func WithSeed(seed uint64) Option {
 // the goroutine that called Run exits too, after Run has stopped every
 // fiber, just as if the call had been made on that goroutine.
 //
-// main receives ctx with the loop added: it is done when ctx is, and the
-// contexts of all fibers derive from it. Cancelling ctx cancels them all. Under a real clock the
-// loop waits for wakes from other goroutines and cannot prove a deadlock.
+// main receives ctx with the loop added: it is done when ctx is (and once
+// Run has returned), and the contexts of all fibers derive from it.
+// Cancelling ctx cancels them all. Under a real clock the loop waits for
+// wakes from other goroutines and cannot prove a deadlock.
 func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Option) error {
 	if main == nil {
 		return errors.New("sched: Run with a nil main func")
