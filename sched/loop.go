@@ -262,22 +262,15 @@ func (l *loop) settle() {
 }
 
 // outsidePending reports whether a wake may still arrive from outside the
-// loop: a Blocking call in flight, or a watched context already done whose
-// wakes have not all reached the inbox yet (its fire runs on another
-// goroutine). Virtual time must not move then, nor may the loop report a
-// deadlock.
+// loop: a Blocking call in flight, or wakes already in the inbox. Virtual
+// time must not move then, nor may the loop report a deadlock. Watched
+// contexts need no look here: the drain at the top of the same iteration
+// has just settled every one that was done, one scan per decision (a cancel
+// from another goroutine in between lands at the next decision).
 func (l *loop) outsidePending() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.blocking > 0 || len(l.inbox) > 0 {
-		return true
-	}
-	for n := l.watched.head; n != nil; n = n.next {
-		if n.ctx.Err() != nil {
-			return true // its wakes are on their way
-		}
-	}
-	return false
+	return l.blocking > 0 || len(l.inbox) > 0
 }
 
 // drain moves woken fibers from the inbox to the run queue.
