@@ -225,9 +225,7 @@ func (c *loopCtx) cancel(err, cause error) {
 		stopParent()
 	}
 	if watching != nil {
-		// Still watched until the wakes below are queued, so that the
-		// loop does not judge itself idle meanwhile.
-		defer c.l.unwatch(watching)
+		c.l.unwatch(watching)
 	}
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)
