@@ -23,9 +23,9 @@
 // contexts at every scheduling decision instead of waiting for the goroutine
 // on which the standard library reports them. A cancel from another
 // goroutine lands no later than the first scheduling decision after it
-// returned.
-// context.AfterFunc always runs its function on a goroutine of its own; use
-// AfterFunc of this package for a callback at a fixed point of the schedule.
+// returned. context.AfterFunc always runs its function on a goroutine of its
+// own; use AfterFunc of this package for a callback at a fixed point of the
+// schedule.
 //
 // # Exploring schedules
 //
