@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/service/store"
 )
 
@@ -36,7 +36,9 @@ type Config struct {
 	Shadow bool
 	// FailOpen answers allowed when the store fails; otherwise such requests
 	// are denied (429 with Retry-After: 1). Either way the body says
-	// "degraded" and the error is counted.
+	// "degraded" and the error is counted. Wrap a store that waits on the
+	// network in store.NewBreaker (as `sluice serve` does) so that answering
+	// per FailOpen during an outage takes microseconds, not StoreTimeout.
 	FailOpen bool
 	// StoreTimeout bounds one store call (default DefaultStoreTimeout).
 	StoreTimeout time.Duration
@@ -63,22 +65,16 @@ type Server struct {
 
 	inProcess bool // the store never waits: no per-call timeout needed
 
-	allowed, denied atomic.Int64
-	storeDown       atomic.Bool // for logging transitions only
+	// What /stats and Stats report; see Stats.
+	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
+	storeDown                                         atomic.Bool // for logging transitions only
 }
 
 type policyEntry struct {
-	p         store.Policy
-	counters  *policyCounters
-	nameSF    string   // the name as a structured-field string
-	policyHdr []string // RateLimit-Policy value
-	limitHdr  []string // X-RateLimit-Limit value
+	p        store.Policy
+	counters *policyCounters
+	resp     *limitresponse.Policy // headers and body, shared with httplimit
 }
-
-var (
-	jsonCT  = []string{"application/json"}
-	noStore = []string{"no-store"}
-)
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
@@ -131,18 +127,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) entry(p store.Policy) policyEntry {
-	// Why w = ⌈burst/rate⌉: RateLimit-Policy describes a quota q per window w;
-	// a GCRA bucket refills its whole burst in burst/rate seconds, and the
-	// draft wants whole seconds.
-	w := max(1, int64(math.Ceil(float64(p.Burst)/p.Rate)))
-	name := sfString(p.Name)
-	return policyEntry{
-		p:         p,
-		counters:  s.metrics.forPolicy(p.Name),
-		nameSF:    name,
-		policyHdr: []string{name + ";q=" + strconv.FormatInt(p.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
-		limitHdr:  []string{strconv.FormatInt(p.Burst, 10)},
-	}
+	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
 }
 
 // ServeHTTP implements http.Handler.
@@ -195,7 +180,9 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if r.Context().Err() != nil {
 			// The client went away mid-call: not the store's fault, and
-			// nobody is left to answer.
+			// nobody is left to answer; count it so it is not lost.
+			s.canceled.Add(1)
+			e.counters.canceled.Inc()
 			return
 		}
 		s.storeFailed(w, r, e, err)
@@ -211,7 +198,7 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		s.allowed.Add(1)
 		e.counters.allowed.Inc()
 	case s.cfg.Shadow:
-		s.denied.Add(1)
+		s.shadowDenied.Add(1)
 		e.counters.shadowDenied.Inc()
 		shadowDenied = true
 	default:
@@ -251,6 +238,7 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, e *policyEn
 		return
 	}
 	s.storeErr.Inc()
+	s.degraded.Add(1)
 	e.counters.storeError.Inc()
 	if s.storeDown.CompareAndSwap(false, true) {
 		s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
@@ -258,95 +246,14 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, e *policyEn
 	} else {
 		s.log.Debug("store error", "err", err, "path", r.URL.Path)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
-	b := make([]byte, 0, 160)
 	if s.cfg.FailOpen {
 		e.counters.failOpen.Inc()
-		b = append(b, `{"allowed":true`...)
-		b = appendPolicy(b, e.p)
-		b = append(b, `,"degraded":"store unavailable; failing open"}`...)
-		b = append(b, '\n')
-		w.WriteHeader(http.StatusOK)
-	} else {
-		b = append(b, `{"allowed":false`...)
-		b = appendPolicy(b, e.p)
-		b = append(b, `,"retry_after_ms":1000,"degraded":"store unavailable; failing closed"}`...)
-		b = append(b, '\n')
-		h.Set("Retry-After", "1")
-		w.WriteHeader(http.StatusTooManyRequests)
 	}
-	_, _ = w.Write(b)
-}
-
-func appendPolicy(b []byte, p store.Policy) []byte {
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, p.Burst, 10)
-	b = append(b, `,"rate":`...)
-	return strconv.AppendFloat(b, p.Rate, 'f', -1, 64)
+	e.resp.WriteDegraded(w, s.cfg.FailOpen)
 }
 
 func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
-	h := w.Header()
-	// Direct map writes with canonical keys and shared constant values: the
-	// hot path skips canonicalisation and an allocation per header.
-	h["Content-Type"] = jsonCT
-	h["Cache-Control"] = noStore
-	// Report remaining rounded down to a thousandth: never promise a token
-	// that has not fully arrived.
-	remaining := math.Floor(max(res.Remaining, 0)*1000) / 1000
-	whole := strconv.FormatInt(int64(remaining), 10)
-	h["X-Ratelimit-Limit"] = e.limitHdr
-	h["X-Ratelimit-Remaining"] = []string{whole}
-	h["Ratelimit-Policy"] = e.policyHdr
-	h["Ratelimit"] = []string{e.nameSF + ";r=" + whole + ";t=" + strconv.FormatInt(ceilDiv(res.ResetAfter, time.Second), 10)}
-
-	b := make([]byte, 0, 128)
-	if res.Allowed || shadowDenied {
-		b = append(b, `{"allowed":true,"remaining":`...)
-	} else {
-		b = append(b, `{"allowed":false,"remaining":`...)
-	}
-	b = strconv.AppendFloat(b, remaining, 'f', -1, 64)
-	b = appendPolicy(b, e.p)
-	status := http.StatusOK
-	if !res.Allowed {
-		// Round up both: a client that waits what we say must find the token there.
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, max(1, ceilDiv(res.RetryAfter, time.Millisecond)), 10)
-		if shadowDenied {
-			b = append(b, `,"shadow_denied":true`...)
-		} else {
-			h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilDiv(res.RetryAfter, time.Second)), 10)}
-			status = http.StatusTooManyRequests
-		}
-	}
-	b = append(b, "}\n"...)
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-func ceilDiv(d, unit time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + unit - 1) / unit)
-}
-
-// sfString quotes s as an RFC 9651 structured-field string. Policy names are
-// printable ASCII by construction (see policyName).
-func sfString(s string) string {
-	b := make([]byte, 0, len(s)+2)
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return string(append(b, '"'))
+	e.resp.WriteDecision(w, res, shadowDenied)
 }
 
 // fail writes a JSON error {"error": "..."} with status. Nothing is counted
@@ -371,21 +278,37 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	keys, err := s.cfg.Store.Keys(ctx)
+	st := s.Stats()
 	out := struct {
-		Keys       int64  `json:"keys"`
-		Allowed    int64  `json:"allowed_total"`
-		Denied     int64  `json:"denied_total"`
-		StoreError string `json:"store_error,omitempty"`
-	}{Keys: keys, Allowed: s.allowed.Load(), Denied: s.denied.Load()}
+		Keys         int64  `json:"keys"`
+		Allowed      int64  `json:"allowed_total"`
+		Denied       int64  `json:"denied_total"`
+		ShadowDenied int64  `json:"shadow_denied_total"`
+		Degraded     int64  `json:"degraded_total"`
+		Canceled     int64  `json:"canceled_total"`
+		StoreError   string `json:"store_error,omitempty"`
+	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, ""}
 	if err != nil {
 		out.Keys, out.StoreError = -1, err.Error()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Stats returns the decisions this server has made: allowed and denied
-// (shadow denials included in denied).
-func (s *Server) Stats() (allowed, denied int64) { return s.allowed.Load(), s.denied.Load() }
+// Stats counts what a Server has answered to /allow since New, the same
+// split as the sluice_decisions_total metric.
+type Stats struct {
+	Allowed      int64 // the store allowed
+	Denied       int64 // the store denied (not counting ShadowDenied)
+	ShadowDenied int64 // the store denied; answered allowed because of Shadow
+	Degraded     int64 // no decision (store error); answered per FailOpen
+	Canceled     int64 // the caller gave up before the store answered
+}
+
+// Stats returns the counts so far.
+func (s *Server) Stats() Stats {
+	return Stats{Allowed: s.allowed.Load(), Denied: s.denied.Load(), ShadowDenied: s.shadowDenied.Load(),
+		Degraded: s.degraded.Load(), Canceled: s.canceled.Load()}
+}
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	if !s.getOnly(w, r) {
@@ -400,8 +323,11 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.FailOpen {
 			mode = "open"
 		}
+		if !errors.Is(err, store.ErrDown) { // a Breaker's error names the store already
+			err = fmt.Errorf("%w (%s): %w", store.ErrDown, s.cfg.Store.Name(), err)
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "store down (%s): %v; failing %s\n", s.cfg.Store.Name(), err, mode)
+		_, _ = fmt.Fprintf(w, "%v; failing %s\n", err, mode)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")

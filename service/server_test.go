@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -93,7 +94,7 @@ func TestAllowThenDeny(t *testing.T) {
 	assert.JSONEq(t, `{"allowed":true,"remaining":9,"limit":10,"rate":10}`, r.raw)
 	assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
 	assert.Equal(t, "9", r.header.Get("X-RateLimit-Remaining"))
-	assert.Equal(t, `"default";q=10;w=1`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";q=10;w=1;sluice-burst=10`, r.header.Get("RateLimit-Policy"))
 	assert.Equal(t, `"default";r=9;t=1`, r.header.Get("RateLimit"))
 	assert.Empty(t, r.header.Get("Retry-After"))
 
@@ -117,7 +118,7 @@ func TestAllowThenDeny(t *testing.T) {
 	assert.Equal(t, 200, r.status)
 
 	st := f.get(t, "/stats")
-	assert.JSONEq(t, `{"keys":1,"allowed_total":11,"denied_total":2}`, st.raw)
+	assert.JSONEq(t, `{"keys":1,"allowed_total":11,"denied_total":2,"shadow_denied_total":0,"degraded_total":0,"canceled_total":0}`, st.raw)
 }
 
 func TestRetryAfterRoundsUpWholeSeconds(t *testing.T) {
@@ -133,8 +134,10 @@ func TestRetryAfterRoundsUpWholeSeconds(t *testing.T) {
 	// T = 2.5 s; 1 ms later the next token is 2.499 s away: 3 s, never 2.
 	assert.Equal(t, "3", r.header.Get("Retry-After"))
 	assert.EqualValues(t, 2499, r.body["retry_after_ms"])
-	assert.Equal(t, `"slow";q=2;w=5`, r.header.Get("RateLimit-Policy"))
-	assert.Equal(t, `"slow";r=0;t=5`, r.header.Get("RateLimit"))
+	// 0.4/s is 2 per 5 s. t is the wait for the next whole token (2.499 s),
+	// rounded up like Retry-After; it said 5 (time until full) before.
+	assert.Equal(t, `"slow";q=2;w=5;sluice-burst=2`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"slow";r=0;t=3`, r.header.Get("RateLimit"))
 }
 
 func TestCostN(t *testing.T) {
@@ -157,11 +160,28 @@ func TestLimitsOverrideDefault(t *testing.T) {
 	r := f.get(t, "/allow?key=tenant-a&n=150")
 	require.Equal(t, 200, r.status)
 	assert.JSONEq(t, `{"allowed":true,"remaining":50,"limit":200,"rate":100}`, r.raw)
-	assert.Equal(t, `"tenant-a";q=200;w=2`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"tenant-a";q=100;w=1;sluice-burst=200`, r.header.Get("RateLimit-Policy"))
 	r = f.get(t, "/allow?key=tenant-b&n=6")
 	assert.Equal(t, 400, r.status, "6 is above tenant-b's burst of 5")
 	r = f.get(t, "/allow?key=other&n=10")
 	assert.Equal(t, 200, r.status)
+}
+
+// TestPolicyHeaderRateAboveBurst is the -limits fast=100:1 case: the policy
+// field used to say q=1;w=1, which reads as 1 request a second.
+func TestPolicyHeaderRateAboveBurst(t *testing.T) {
+	limits, err := service.ParseLimits("fast=100:1,even=10:10,deep=5:50")
+	require.NoError(t, err)
+	f := newFixture(t, func(c *service.Config) { c.Limits = limits })
+	for key, want := range map[string]string{
+		"fast": `"fast";q=100;w=1;sluice-burst=1`,
+		"even": `"even";q=10;w=1;sluice-burst=10`,
+		"deep": `"deep";q=5;w=1;sluice-burst=50`,
+	} {
+		r := f.get(t, "/allow?key="+key)
+		require.Equal(t, 200, r.status, r.raw)
+		assert.Equal(t, want, r.header.Get("RateLimit-Policy"), key)
+	}
 }
 
 func TestBadInputCountsNothing(t *testing.T) {
@@ -182,7 +202,7 @@ func TestBadInputCountsNothing(t *testing.T) {
 		{"n empty", "GET", "/allow?key=a&n=", "", "", 400, "not an integer"},
 		{"n above burst", "GET", "/allow?key=a&n=11", "", "", 400, "can never be allowed"},
 		{"key twice", "GET", "/allow?key=a&key=b", "", "", 400, "more than once"},
-		{"bad escape", "GET", "/allow?key=%zz", "", "", 400, "bad key value"},
+		{"bad escape", "GET", "/allow?key=%zz", "", "", 400, `bad key value "%zz": invalid URL escape "%zz"`},
 		{"method", "PUT", "/allow?key=a", "", "", 405, "PUT"},
 		{"delete", "DELETE", "/allow?key=a", "", "", 405, "DELETE"},
 		{"body too big", "POST", "/allow?key=a", strings.Repeat("x", 65), "application/x-www-form-urlencoded", 413, "64 bytes"},
@@ -207,7 +227,8 @@ func TestBadInputCountsNothing(t *testing.T) {
 		})
 	}
 	// Nothing counted, nothing stored, and the server still serves.
-	assert.JSONEq(t, `{"keys":0,"allowed_total":0,"denied_total":0}`, f.get(t, "/stats").raw)
+	assert.JSONEq(t, `{"keys":0,"allowed_total":0,"denied_total":0,"shadow_denied_total":0,"degraded_total":0,"canceled_total":0}`,
+		f.get(t, "/stats").raw)
 	assert.Equal(t, 200, f.get(t, "/allow?key="+strings.Repeat("k", service.MaxKeyLen)).status)
 	m := f.get(t, "/metrics").raw
 	assert.Contains(t, m, `sluice_bad_requests_total{status="400"} 12`)
@@ -232,8 +253,13 @@ func TestShadowNeverDenies(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.JSONEq(t, `{"allowed":true,"remaining":0,"limit":10,"rate":10,"retry_after_ms":100,"shadow_denied":true}`, r.raw)
 	assert.Empty(t, r.header.Get("Retry-After"))
-	assert.JSONEq(t, `{"keys":1,"allowed_total":10,"denied_total":1}`, f.get(t, "/stats").raw)
-	assert.Contains(t, f.get(t, "/metrics").raw, `sluice_decisions_total{policy="default",result="shadow_denied"} 1`)
+	// Kept apart from real denials, in /stats as in /metrics.
+	assert.JSONEq(t, `{"keys":1,"allowed_total":10,"denied_total":0,"shadow_denied_total":1,"degraded_total":0,"canceled_total":0}`,
+		f.get(t, "/stats").raw)
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="shadow_denied"} 1`)
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="denied"} 0`)
+	assert.Equal(t, service.Stats{Allowed: 10, ShadowDenied: 1}, f.srv.Stats())
 }
 
 // brokenStore fails every call while down is set.
@@ -284,13 +310,21 @@ func TestStoreFailure(t *testing.T) {
 				require.Equal(t, 429, r.status, r.raw)
 				assert.Equal(t, false, r.body["allowed"])
 				assert.Equal(t, "1", r.header.Get("Retry-After"))
+				assert.Equal(t, `"default";r=0;t=1`, r.header.Get("RateLimit"))
 			}
+			// Degraded answers carry the policy too (they carried none before).
+			assert.Equal(t, `"default";q=10;w=1;sluice-burst=10`, r.header.Get("RateLimit-Policy"))
+			assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
 			assert.Contains(t, r.body["degraded"], "store unavailable")
 			h := f.get(t, "/healthz")
 			assert.Equal(t, 503, h.status)
-			assert.Contains(t, h.raw, "store down (memory): connection refused")
+			mode := map[bool]string{true: "open", false: "closed"}[open]
+			assert.Equal(t, "store down (memory): connection refused; failing "+mode+"\n", h.raw)
 			st := f.get(t, "/stats")
 			assert.EqualValues(t, -1, st.body["keys"])
+			assert.EqualValues(t, 1, st.body["degraded_total"])
+			assert.EqualValues(t, 0, st.body["allowed_total"])
+			assert.Equal(t, service.Stats{Degraded: 1}, f.srv.Stats(), "counted, as what it was")
 			m := f.get(t, "/metrics").raw
 			assert.Contains(t, m, `sluice_store_errors_total{store="memory"} 1`)
 			assert.Contains(t, m, `sluice_decisions_total{policy="default",result="store_error"} 1`)
@@ -315,6 +349,13 @@ func TestMetrics(t *testing.T) {
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="allowed"} 10`)
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="denied"} 2`)
 	assert.Contains(t, m, `sluice_store_latency_seconds_count{store="memory"} 12`)
+	// Readable bucket bounds, 2 µs … 0.5 s in 1-2-5 steps, as documented.
+	var les []string
+	for _, m := range regexp.MustCompile(`sluice_store_latency_seconds_bucket\{store="memory",le="([^"]+)"\}`).FindAllStringSubmatch(m, -1) {
+		les = append(les, m[1])
+	}
+	assert.Equal(t, []string{"2e-06", "5e-06", "1e-05", "2e-05", "5e-05", "0.0001", "0.0002", "0.0005",
+		"0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf"}, les)
 	assert.Contains(t, m, `go_goroutines`)
 }
 
@@ -328,4 +369,33 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err = service.New(service.Config{Store: m, Default: store.Policy{Rate: 1, Burst: 1},
 		Limits: map[string]store.Policy{"k": {Rate: 1, Burst: 0}}})
 	require.ErrorContains(t, err, `"k"`)
+}
+
+// cancellingStore plays a caller that gives up while the store works: it
+// cancels the request's context, then waits for it.
+type cancellingStore struct {
+	store.Store
+	cancel context.CancelFunc
+}
+
+func (c *cancellingStore) Allow(ctx context.Context, k string, n int64, p store.Policy) (store.Result, error) {
+	c.cancel()
+	<-ctx.Done()
+	return store.Result{}, ctx.Err()
+}
+
+// A request whose caller gave up is counted as canceled: not a store error,
+// not a decision.
+func TestCanceledRequestsAreCounted(t *testing.T) {
+	cs := &cancellingStore{}
+	f := newFixture(t, func(c *service.Config) { cs.Store = c.Store; c.Store = cs })
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.cancel = cancel
+	req := httptest.NewRequest(http.MethodGet, "/allow?key=c", nil).WithContext(ctx)
+	f.srv.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, service.Stats{Canceled: 1}, f.srv.Stats())
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="canceled"} 1`)
+	assert.Contains(t, m, `sluice_store_errors_total{store="memory"} 0`)
+	assert.EqualValues(t, 1, f.get(t, "/stats").body["canceled_total"])
 }

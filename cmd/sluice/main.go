@@ -3,6 +3,7 @@
 //	sluice demo     a server and three replicas sharing one limit, in a few seconds
 //	sluice serve    the HTTP service (/allow, /stats, /healthz, /metrics)
 //	sluice client   one replica asking the service before each unit of work
+//	sluice version  the version, commit and Go toolchain of this build
 //
 // The logic lives in internal/cli; main only wires signals and arguments.
 package main
