@@ -2,6 +2,8 @@ package sched
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,9 +27,12 @@ type loopCtx struct {
 	l        *loop
 	deadline time.Time // zero when this context has none of its own
 	done     chan struct{}
-	// neverDone marks a root whose parent can never be cancelled: Done
-	// returns nil, as for context.Background, so waits on it register
-	// nothing. Its fibers are stopped, not cancelled, when Run ends.
+	// neverDone marks a root whose parent can never be cancelled: it ends
+	// only when Run does, so waits on it register nothing (their fibers
+	// are stopped, not cancelled, when Run ends). Its Done is not nil all
+	// the same: the standard library registers the contexts derived from
+	// it through AfterFunc, so that cancelling one of them reaches the
+	// loop before that cancel returns (see AfterFunc's stop).
 	neverDone bool
 
 	errp atomic.Pointer[error] // set once, under mu; read without it
@@ -36,9 +41,10 @@ type loopCtx struct {
 	cause      error
 	funcs      map[uint64]func() // AfterFunc callbacks, run once on cancel
 	nextFunc   uint64
-	waiters    waiterList // parked Waiters, cancelled on cancel
-	timer      Timer      // the deadline timer, nil when none is armed
-	stopParent func() bool
+	waiters    waiterList  // parked Waiters, cancelled on cancel
+	timer      Timer       // the deadline timer, nil when none is armed
+	stopParent func() bool // unregisters from a loop context parent
+	watching   *watch      // the watch on a standard parent
 }
 
 func newLoopCtx(parent context.Context, l *loop) *loopCtx {
@@ -62,11 +68,18 @@ func (c *loopCtx) propagate() {
 		c.stopParent = p.AfterFunc(func() { c.cancel(p.Err(), p.causeOrErr()) })
 		return
 	}
-	// A standard parent tells us from a goroutine of its own; until it has,
-	// the loop must not judge itself idle (see loop.outsidePending).
+	// A standard parent: the loop settles it before every scheduling
+	// decision (see loop.watch).
 	parent := c.parent
-	c.l.watch(c, parent)
-	c.stopParent = context.AfterFunc(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
+	n := c.l.watch(parent, func() { c.cancel(parent.Err(), context.Cause(parent)) })
+	c.mu.Lock()
+	if c.Err() == nil {
+		c.watching, n = n, nil
+	}
+	c.mu.Unlock()
+	if n != nil { // the watch fired already, before c could keep it
+		c.l.unwatch(n)
+	}
 }
 
 // nearestLoopCtx returns ctx's nearest loop context when ctx is done exactly
@@ -89,12 +102,7 @@ func (c *loopCtx) Deadline() (time.Time, bool) {
 	return c.parent.Deadline()
 }
 
-func (c *loopCtx) Done() <-chan struct{} {
-	if c.neverDone {
-		return nil
-	}
-	return c.done
-}
+func (c *loopCtx) Done() <-chan struct{} { return c.done }
 
 func (c *loopCtx) Err() error {
 	if p := c.errp.Load(); p != nil {
@@ -125,6 +133,9 @@ func (c *loopCtx) String() string { return "sched.loopContext" }
 // that cancels it (without c's lock held). It returns a function that
 // unregisters f and reports whether it did so before f started. It is what
 // context.AfterFunc and the standard derived contexts use.
+//
+// Callbacks run in registration order, so that the same program cancels
+// the same children in the same order on every run.
 func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.Err() != nil {
@@ -141,9 +152,13 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Unlock()
 	return func() bool {
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		_, ok := c.funcs[id]
 		delete(c.funcs, id)
+		c.mu.Unlock()
+		// A standard child of c that is cancelled by its own cancel
+		// function unregisters here, after it and its descendants are
+		// done: settle now, so waits on them end before cancel returns.
+		c.l.settle()
 		return ok
 	}
 }
@@ -151,6 +166,9 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 // addWaiter registers w to be cancelled with c. It reports false, registering
 // nothing, when c is already done.
 func (c *loopCtx) addWaiter(w *Waiter) bool {
+	if c.neverDone {
+		return c.Err() == nil // nothing to register with: see neverDone
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.Err() != nil {
@@ -196,8 +214,8 @@ func (c *loopCtx) cancel(err, cause error) {
 	c.waiters = waiterList{}
 	funcs := c.funcs
 	c.funcs = nil
-	timer, stopParent := c.timer, c.stopParent
-	c.timer, c.stopParent = nil, nil
+	timer, stopParent, watching := c.timer, c.stopParent, c.watching
+	c.timer, c.stopParent, c.watching = nil, nil, nil
 	c.mu.Unlock()
 
 	if timer != nil {
@@ -205,17 +223,54 @@ func (c *loopCtx) cancel(err, cause error) {
 	}
 	if stopParent != nil {
 		stopParent()
-		// Still watched until the wakes below are queued.
-		defer c.l.unwatch(c)
+	}
+	if watching != nil {
+		c.l.unwatch(watching)
 	}
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)
 	}
-	// Map order is random; callbacks are independent of one another, and
-	// they only cancel contexts or hand work to goroutines.
-	for _, f := range funcs {
-		f()
+	// In registration order (a map's order is random): the standard
+	// children cancel their own children synchronously, in turn.
+	for _, id := range slices.Sorted(maps.Keys(funcs)) {
+		funcs[id]()
 	}
+	// Waits on those standard descendants end now, not at the next
+	// scheduling decision.
+	c.l.settle()
+}
+
+// AfterFunc arranges to call f once after ctx is done, as context.AfterFunc
+// does, and returns a stop function that unregisters f, reporting whether
+// it did so before f started. context.AfterFunc always runs f on a goroutine
+// of its own, so inside a loop its effects land whenever the Go scheduler
+// runs that goroutine; AfterFunc runs f at a fixed point of the schedule
+// instead, so that a chain of cancellations (f cancelling another context)
+// replays identically. When ctx is a context of Run, of Daemon, of
+// WithTimeout or WithDeadline (or a value wrapper of one), f runs on the
+// goroutine that cancels it, before that cancel returns. When ctx is a
+// standard context over a loop's context (context.WithCancel and the like),
+// f runs on the loop's goroutine at the first scheduling decision after ctx
+// is done, before any other fiber runs; or sooner, on the cancelling
+// goroutine before cancel returns, when the cancellation reaches the loop
+// through a context of this package (the cancel of such a context, or of a
+// standard context made directly from one that can end).
+// Outside any loop it is context.AfterFunc. f must not block.
+func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
+	l := nearestLoop(ctx)
+	if l == nil {
+		return context.AfterFunc(ctx, f)
+	}
+	if c := nearestLoopCtx(ctx); c != nil {
+		return c.AfterFunc(f)
+	}
+	n := &watch{ctx: ctx}
+	n.fire = func() {
+		f()
+		l.unwatch(n)
+	}
+	l.addWatch(n)
+	return func() bool { return l.removeWatch(n, true) }
 }
 
 // WithTimeout is WithDeadline(ctx, Now(ctx).Add(d)).

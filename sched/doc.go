@@ -1,7 +1,8 @@
 // Package sched is a cooperative run loop that hosts fibers: lightweight
 // threads of control that run one at a time on the goroutine that called
 // Run, switching only where they wait (Yield, Sleep, a Waiter, Fiber.Wait,
-// Blocking). Runnable fibers run in FIFO order.
+// Blocking). Runnable fibers run in FIFO order, or in a seeded order under
+// WithSeed.
 //
 // The context carries the time domain. Every fiber receives a context that
 // carries its loop; waits that take that context park the fiber, and time is
@@ -12,6 +13,42 @@
 // sequence of events on every run. Outside any loop the same calls block the
 // calling goroutine and use real time, so packages built on Waiter (semaphore,
 // ticker, ratelimiter) work for fibers and plain goroutines alike.
+//
+// Cancellation lands at a fixed point of the schedule. A wait on a context
+// of this package (Run's, a Daemon's, WithTimeout's, WithDeadline's) ends
+// before its cancel returns. A wait on a standard context derived from one
+// (context.WithCancel, WithCancelCause, WithTimeout, WithDeadline, chains
+// through WithoutCancel or WithValue) ends, once cancel has returned on the
+// loop's goroutine, before any other fiber runs: the loop checks such
+// contexts at every scheduling decision instead of waiting for the goroutine
+// on which the standard library reports them. A cancel from another
+// goroutine lands no later than the first scheduling decision after it
+// returned. context.AfterFunc always runs its function on a goroutine of its
+// own; use AfterFunc of this package for a callback at a fixed point of the
+// schedule.
+//
+// # Exploring schedules
+//
+// FIFO is one order among the many a real scheduler could produce, and a
+// bug that depends on the order (a check and an act with a wait between
+// them) may never show under it. WithSeed draws the order of fibers
+// runnable at the same instant, and of timers due at the same instant, from
+// a seeded generator: each seed is another schedule, and the same seed is
+// the same schedule, so the same trace byte for byte. Package schedtest runs
+// a test under many seeds and prints the command that replays a failing one:
+//
+//	func TestCache(t *testing.T) {
+//		schedtest.Explore(t, 1000, func(t *testing.T, seed uint64) {
+//			err := sched.Run(context.Background(), func(ctx context.Context) error {
+//				... start fibers, check invariants ...
+//			}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
+//			require.NoError(t, err)
+//		})
+//	}
+//
+//	--- FAIL: TestCache/seed=37
+//	schedtest: seed 37 of 1000 failed; replay it alone with
+//	    SLUICE_SEED=37 go test -run '^TestCache$' ./cache
 //
 // A context of a loop belongs to that loop's fibers: passing it to another
 // goroutine and blocking on it there (other than through the standard

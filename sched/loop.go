@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -24,6 +25,7 @@ type loop struct {
 	// Loop-thread state: touched only by the goroutine in Run and by the one
 	// fiber it is running, which never overlap.
 	runq             fiberQueue
+	rng              *rand.PCG // picks the next runnable fiber under WithSeed; nil: FIFO
 	current          *Fiber
 	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
 	nextID           uint64
@@ -42,15 +44,23 @@ type loop struct {
 	mu       sync.Mutex // guards the fields below, shared with other goroutines
 	inbox    []*Fiber   // fibers woken from anywhere, in wake order
 	spare    []*Fiber
-	blocking int                         // Blocking calls in flight
-	watched  map[watchee]context.Context // waits on contexts that cancel from their own goroutine
-	sleeping bool                        // the loop is blocked on notify
+	blocking int       // Blocking calls in flight
+	watched  watchList // standard contexts waited on, in registration order
+	sleeping bool      // the loop is blocked on notify
 	notify   chan struct{}
 	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
+	nwatched atomic.Int32 // watched.len, read without mu to skip an empty settle
+	poke     func()       // l.signal, bound once: the callback of every watch
 }
 
 func newLoop(cfg config) *loop {
 	l := &loop{notify: make(chan struct{}, 1)}
+	l.poke = l.signal
+	if cfg.seeded {
+		// Two streams: the run queue is drawn on the loop's goroutine, the
+		// timer ties under the clock's lock, possibly from elsewhere.
+		l.rng = rand.NewPCG(cfg.seed, 0x5eed0f5c4ed)
+	}
 	l.afterRun = newLoopCtx(context.Background(), l)
 	switch {
 	case cfg.virtual != nil:
@@ -140,48 +150,137 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 	f.parkedOn = nil
 }
 
-// A watchee waits for the cancellation of a standard context, which the
-// standard library delivers from a goroutine of its own: a Waiter parked on
-// such a context, or a loop context whose parent is one. It stays watched
-// until the wakes that cancellation causes are in the inbox.
-type watchee any
+// A watch is a wait on a standard context (context.WithCancel and the like
+// over a loop context): a Waiter parked on one, or a loop context whose
+// parent is one. The standard library reports such a context's end only on
+// a goroutine of its own (context.AfterFunc), which reaches the loop
+// whenever the Go scheduler runs it. So the loop does not wait for that
+// report: before every scheduling decision it checks each watched context
+// and, for those that are done, runs fire on its own goroutine (see
+// settle). A cancel therefore lands at a fixed point of the schedule: once
+// cancel has returned on the loop's goroutine, the wait has ended before any
+// other fiber runs; a cancel from another goroutine lands no later than
+// the first scheduling decision after it returned. The standard library's
+// goroutine only wakes a sleeping loop.
+type watch struct {
+	ctx  context.Context
+	fire func() // ends the wait; runs once
+	stop func() bool
+	// Guarded by loop.mu.
+	fired  bool
+	listed bool
+	prev   *watch
+	next   *watch
+}
 
-// watch records w as waiting on ctx; see outsidePending.
-func (l *loop) watch(w watchee, ctx context.Context) {
+// watchList is a doubly linked list of watches in registration order, the
+// order in which settle fires them: deterministic, unlike a map's.
+type watchList struct {
+	head, tail *watch
+	len        int
+}
+
+// watch registers a wait on ctx, ended by fire once ctx is done. The owner
+// calls unwatch when the wait is over, whether fire ran or not.
+func (l *loop) watch(ctx context.Context, fire func()) *watch {
+	n := &watch{ctx: ctx, fire: fire}
+	l.addWatch(n)
+	return n
+}
+
+func (l *loop) addWatch(n *watch) {
+	// Registered before n is published: a settle on another goroutine may
+	// fire n, and its owner unwatch it (reading n.stop), at once.
+	n.stop = context.AfterFunc(n.ctx, l.poke)
 	l.mu.Lock()
-	if l.watched == nil {
-		l.watched = make(map[watchee]context.Context)
+	q := &l.watched
+	n.prev, n.listed = q.tail, true
+	if q.tail != nil {
+		q.tail.next = n
+	} else {
+		q.head = n
 	}
-	l.watched[w] = ctx
+	q.tail = n
+	q.len++
+	l.nwatched.Store(int32(q.len))
 	l.mu.Unlock()
 }
 
-func (l *loop) unwatch(w watchee) {
+// unwatch ends the watch n; it may be called more than once.
+func (l *loop) unwatch(n *watch) { l.removeWatch(n, false) }
+
+// removeWatch unlinks n. With prevent, it also stops n from firing later,
+// and reports whether it did (false: fire has started or n was removed).
+func (l *loop) removeWatch(n *watch, prevent bool) bool {
 	l.mu.Lock()
-	delete(l.watched, w)
+	if !n.listed || (prevent && n.fired) {
+		l.mu.Unlock()
+		return false
+	}
+	n.fired = n.fired || prevent
+	q := &l.watched
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		q.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		q.tail = n.prev
+	}
+	n.prev, n.next, n.listed = nil, nil, false
+	q.len--
+	l.nwatched.Store(int32(q.len))
 	l.mu.Unlock()
+	n.stop()
+	return true
+}
+
+// settle fires every watch whose context is done, in registration order,
+// and repeats while firing ends more contexts (a loop context whose watched
+// parent ended cancels its own children). It runs before every scheduling
+// decision, and also right where a cancel of a loop context (or of a
+// standard context directly under one) returns, so most cancels land even
+// before cancel returns. Safe on any goroutine; fire functions are.
+func (l *loop) settle() {
+	for l.nwatched.Load() > 0 {
+		var buf [8]func()
+		fire := buf[:0]
+		l.mu.Lock()
+		for n := l.watched.head; n != nil; n = n.next {
+			if !n.fired && n.ctx.Err() != nil {
+				n.fired = true
+				fire = append(fire, n.fire)
+			}
+		}
+		l.mu.Unlock()
+		if len(fire) == 0 {
+			return
+		}
+		for _, f := range fire {
+			f()
+		}
+	}
 }
 
 // outsidePending reports whether a wake may still arrive from outside the
-// loop: a Blocking call in flight, or a watched context already done whose
-// callback has not yet reached its watchee. Virtual time must not move then,
-// nor may the loop report a deadlock.
+// loop: a Blocking call in flight, or wakes already in the inbox. Virtual
+// time must not move then, nor may the loop report a deadlock. Watched
+// contexts need no look here: the drain at the top of the same iteration
+// has just settled every one that was done, one scan per decision (a cancel
+// from another goroutine in between lands at the next decision).
 func (l *loop) outsidePending() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.blocking > 0 || len(l.inbox) > 0 {
-		return true
-	}
-	for _, ctx := range l.watched {
-		if ctx.Err() != nil {
-			return true // its wakes are on their way
-		}
-	}
-	return false
+	return l.blocking > 0 || len(l.inbox) > 0
 }
 
 // drain moves woken fibers from the inbox to the run queue.
+// Watched contexts that ended are settled first: their waits end at this
+// scheduling decision, whatever goroutine ended them.
 func (l *loop) drain() {
+	l.settle()
 	if l.inboxLen.Load() == 0 {
 		return
 	}
@@ -272,7 +371,7 @@ func (l *loop) end(f *Fiber) {
 func (l *loop) run() {
 	for l.failure == nil {
 		l.drain()
-		if f := l.runq.pop(); f != nil {
+		if f := l.pick(); f != nil {
 			l.resume(f)
 			continue
 		}
@@ -319,6 +418,21 @@ func (l *loop) run() {
 		}
 		l.failure = l.deadlock()
 	}
+}
+
+// pick takes the next fiber to run from the run queue: the oldest under
+// FIFO, one drawn from the seeded PRNG under WithSeed. Every fiber in the
+// queue is runnable at the same instant (time moves only when it is empty),
+// so any order is one a real scheduler could produce.
+func (l *loop) pick() *Fiber {
+	if l.rng != nil && l.runq.size > 1 {
+		// Lemire's multiply-shift maps 32 random bits onto [0, size):
+		// the bias, size/2³², is far below anything a schedule shows,
+		// and it costs no division and no interface call.
+		i := int(uint64(uint32(l.rng.Uint64())) * uint64(l.runq.size) >> 32)
+		return l.runq.take(i)
+	}
+	return l.runq.pop()
 }
 
 // deadlock builds the report of every parked fiber, resuming each once so
@@ -446,6 +560,14 @@ func (q *fiberQueue) push(f *Fiber) {
 	}
 	q.buf[(q.head+q.size)%len(q.buf)] = f
 	q.size++
+}
+
+// take removes and returns the i-th fiber from the head (0 ≤ i < size); the
+// head takes its place.
+func (q *fiberQueue) take(i int) *Fiber {
+	j := (q.head + i) % len(q.buf)
+	q.buf[q.head], q.buf[j] = q.buf[j], q.buf[q.head]
+	return q.pop()
 }
 
 func (q *fiberQueue) pop() *Fiber {

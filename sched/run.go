@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -16,6 +17,8 @@ type Option func(*config)
 type config struct {
 	virtual *vclock.Clock
 	real    clock.Clock
+	seed    uint64
+	seeded  bool
 }
 
 // Virtual runs the loop on a new virtual clock reading start (a zero start
@@ -43,6 +46,22 @@ func WithClock(rc clock.Clock) Option {
 	return func(c *config) { c.real, c.virtual = rc, nil }
 }
 
+// WithSeed explores one schedule of the program among all those a real
+// scheduler could produce: fibers runnable at the same instant run in an
+// order drawn from a PCG generator (math/rand/v2) seeded with seed, instead
+// of FIFO, and under a virtual clock timers due at the same instant fire in
+// a seeded order too, instead of creation order. The same seed gives the
+// same schedule (with the same code and Go release), so the same trace byte
+// for byte for a program whose only nondeterminism is the schedule: a
+// failing seed replays exactly. Yield
+// remains a scheduling point but no longer promises that every other fiber
+// runs first. Timers armed on a WithVirtualClock clock during the run take
+// their ties from the seed too. Without WithSeed the order is FIFO. See
+// package schedtest for running a test under many seeds.
+func WithSeed(seed uint64) Option {
+	return func(c *config) { c.seed, c.seeded = seed, true }
+}
+
 // Run runs main in a new fiber of a new loop on the calling goroutine and
 // returns when main and every non-daemon fiber it started have ended; daemon
 // fibers still alive then are cancelled and finish first.
@@ -55,9 +74,10 @@ func WithClock(rc clock.Clock) Option {
 // the goroutine that called Run exits too, after Run has stopped every
 // fiber, just as if the call had been made on that goroutine.
 //
-// main receives ctx with the loop added: it is done when ctx is, and the
-// contexts of all fibers derive from it. Cancelling ctx cancels them all. Under a real clock the
-// loop waits for wakes from other goroutines and cannot prove a deadlock.
+// main receives ctx with the loop added: it is done when ctx is (and once
+// Run has returned), and the contexts of all fibers derive from it.
+// Cancelling ctx cancels them all. Under a real clock the loop waits for
+// wakes from other goroutines and cannot prove a deadlock.
 func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Option) error {
 	if main == nil {
 		return errors.New("sched: Run with a nil main func")
@@ -67,6 +87,11 @@ func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Opti
 		o(&cfg)
 	}
 	l := newLoop(cfg)
+	if cfg.seeded && l.virtual != nil {
+		ties := rand.NewPCG(cfg.seed, 0x71e5).Uint64
+		l.virtual.SetTieBreaker(ties)
+		defer l.virtual.SetTieBreaker(nil)
+	}
 	root := newLoopCtx(ctx, l)
 	root.neverDone = ctx.Done() == nil
 	defer l.shutdown(root)

@@ -18,7 +18,9 @@ func Now(ctx context.Context) time.Time {
 }
 
 // Yield lets every other runnable fiber run once before the calling fiber
-// goes on. Outside a loop it is runtime.Gosched.
+// goes on (under WithSeed it is a scheduling point where the next fiber is
+// drawn from the seed, the caller included). Outside a loop it is
+// runtime.Gosched.
 func Yield(ctx context.Context) {
 	l := nearestLoop(ctx)
 	if l == nil {

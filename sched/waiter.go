@@ -143,8 +143,8 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	gen := w.gen()
 	done := ctx.Done()
 	var (
-		stop func() bool // unregisters from a standard context
-		reg  *loopCtx    // the loop context w registered with
+		watched *watch   // the watch on a standard context
+		reg     *loopCtx // the loop context w registered with
 	)
 	if done != nil {
 		if ctx.Err() != nil {
@@ -162,17 +162,15 @@ func (w *Waiter) Wait(ctx context.Context) error {
 				w.cancelGen(gen) // ended just now
 			}
 		} else {
-			// A context of another kind: its callback runs on a goroutine
-			// of its own, so the loop must not judge itself idle while the
-			// cancellation is on its way (see loop.outsidePending).
-			w.l.watch(w, ctx)
-			stop = context.AfterFunc(ctx, func() { w.cancelGen(gen) })
+			// A context of another kind (context.WithCancel over a loop
+			// context, say): the loop ends this wait at the first
+			// scheduling decision after ctx is done (see loop.watch).
+			watched = w.l.watch(ctx, func() { w.cancelGen(gen) })
 		}
 	}
 	w.l.park(w.f, w)
-	if stop != nil {
-		stop()
-		w.l.unwatch(w)
+	if watched != nil {
+		w.l.unwatch(watched)
 	} else if reg != nil {
 		// Not w.ctx: a cancel on another goroutine may be clearing it;
 		// removeWaiter checks it under the context's lock.

@@ -2,7 +2,8 @@
 // told to, by hand (Advance, AdvanceTo) or by a run loop (package sched) that
 // jumps to the next deadline when every fiber is parked.
 //
-// Timers fire in (deadline, creation order). Each callback runs with the
+// Timers fire in (deadline, creation order), or in a caller-chosen order
+// among equal deadlines (SetTieBreaker). Each callback runs with the
 // clock reading exactly its own deadline, and never under the clock's lock,
 // so a callback may read the clock, stop timers or add new ones. Nothing in
 // this package sleeps in real time.
@@ -25,6 +26,7 @@ type Clock struct {
 	mu     sync.Mutex
 	now    time.Duration // offset of the current time from base
 	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
+	ties   func() uint64 // if set, draws the order of equal deadlines (SetTieBreaker)
 	timers timerHeap     // entries, earliest (deadline, seq) first
 	live   int           // armed timers; the rest of the entries are stale
 }
@@ -79,6 +81,14 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 	}
 	c.seq++
 	t.seq, t.armed = c.seq, true
+	if c.ties != nil {
+		// The drawn value orders equal deadlines, in the high half of the
+		// sequence number; the count in the low half keeps each arming of
+		// a timer distinct from its stale entries (see entry.live) and
+		// breaks ties between equal draws in creation order. Packed, so
+		// that heap entries stay 24 bytes.
+		t.seq = c.ties()<<32 | c.seq&(1<<32-1)
+	}
 	c.live++
 	c.timers.push(entry{when: t.when, seq: t.seq, t: t})
 }
@@ -111,6 +121,18 @@ func (c *Clock) top() (entry, bool) {
 		c.timers.pop()
 	}
 	return entry{}, false
+}
+
+// SetTieBreaker changes the order of timers armed from now on that share a
+// deadline: they fire in the order of the low 32 bits of the values next
+// returns for them (creation order among equal values) instead of creation
+// order. A nil next restores creation order. Schedule exploration
+// (sched.WithSeed) passes a seeded generator here. next runs under the
+// clock's lock: it must not use the clock.
+func (c *Clock) SetTieBreaker(next func() uint64) {
+	c.mu.Lock()
+	c.ties = next
+	c.mu.Unlock()
 }
 
 // Advance moves the clock forward by d, firing every timer whose deadline is
