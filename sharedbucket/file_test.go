@@ -139,13 +139,23 @@ func patch(t *testing.T, path string, off int64, b []byte) {
 	require.NoError(t, fd.Close())
 }
 
+// flip inverts every bit of the byte at off, so the file always changes
+// (writing a fixed value does nothing when the byte already holds it, as a
+// checksum byte does one time in 256).
+func flip(t *testing.T, path string, off int64) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	patch(t, path, off, []byte{^raw[off]})
+}
+
 func TestCorrupt(t *testing.T) {
 	for name, tc := range map[string]struct {
 		damage func(t *testing.T, path string)
 		want   string
 	}{
-		"flipped policy byte": {func(t *testing.T, p string) { patch(t, p, 90, []byte{0x55}) }, "checksum"},
-		"flipped crc byte":    {func(t *testing.T, p string) { patch(t, p, crcOffset, []byte{0xee}) }, "checksum"},
+		"flipped policy byte": {func(t *testing.T, p string) { flip(t, p, 90) }, "checksum"},
+		"flipped crc byte":    {func(t *testing.T, p string) { flip(t, p, crcOffset) }, "checksum"},
 		"bad magic":           {func(t *testing.T, p string) { patch(t, p, 0, []byte("NOTATABL")) }, "magic"},
 		"truncated":           {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, headerSize+64)) }, "truncated"},
 		"shorter than header": {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 100)) }, "shorter than a header"},
