@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-go/sluice/service/rules"
 	"github.com/sluice-go/sluice/service/store"
 )
 
@@ -45,6 +46,14 @@ type Config struct {
 	MaxBodyBytes int64
 	Logger       *slog.Logger         // default slog.Default()
 	Registry     *prometheus.Registry // default NewRegistry()
+	// Rules are envoyproxy/ratelimit rules (package rules) for Envoy's
+	// ShouldRateLimit and for /allow (see HTTPDomain); nil means none.
+	// SetRules and ReloadRules replace them while serving.
+	Rules *rules.Config
+	// HTTPDomain is the rules domain in which /allow?key=K is looked up, as
+	// the descriptor [("key", K)] (default DefaultHTTPDomain). A key that
+	// matches no rule there is limited by Limits or Default as without rules.
+	HTTPDomain string
 }
 
 // Server answers /allow, /stats, /healthz and /metrics. Create it with New;
@@ -65,6 +74,9 @@ type Server struct {
 
 	allowed, denied atomic.Int64
 	storeDown       atomic.Bool // for logging transitions only
+
+	rules       atomic.Pointer[ruleSet] // nil: no rules
+	ruleMetrics ruleMetrics
 }
 
 type policyEntry struct {
@@ -114,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		e := s.entry(p)
 		s.byKey[k] = &e
+	}
+	if err := s.initRules(); err != nil {
+		return nil, err
 	}
 	_, s.inProcess = cfg.Store.(store.InProcess)
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
@@ -177,48 +192,17 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if s.allowByRule(w, r, &a) {
+		return
+	}
 	e := s.policy(a.key)
 	if a.n > e.p.Burst {
 		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of policy %q: it can never be allowed", a.n, e.p.Burst, e.p.Name)
 		return
 	}
 
-	ctx := r.Context()
-	if !s.inProcess {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		defer cancel()
-	}
-	start := time.Now()
-	res, err := s.cfg.Store.Allow(ctx, a.key, a.n, e.p)
-	s.storeLat.Observe(time.Since(start).Seconds())
-	if err != nil {
-		if r.Context().Err() != nil {
-			// The client went away mid-call: not the store's fault, and
-			// nobody is left to answer.
-			return
-		}
-		s.storeFailed(w, r, e, err)
-		return
-	}
-	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
-		s.log.Info("store recovered", "store", s.cfg.Store.Name())
-	}
-
-	shadowDenied := false
-	switch {
-	case res.Allowed:
-		s.allowed.Add(1)
-		e.counters.allowed.Inc()
-	case s.cfg.Shadow:
-		s.denied.Add(1)
-		e.counters.shadowDenied.Inc()
-		shadowDenied = true
-	default:
-		s.denied.Add(1)
-		e.counters.denied.Inc()
-	}
-	s.writeDecision(w, e, res, shadowDenied)
+	v, err := s.decide(r.Context(), a.key, a.n, e, s.cfg.Shadow)
+	s.answer(w, e, v, err)
 }
 
 // readBody reads a POST body (capped) and takes key and n from it when it is
@@ -245,26 +229,14 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) 
 	return 0, nil
 }
 
-func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, e *policyEntry, err error) {
-	if errors.Is(err, store.ErrCostExceedsBurst) { // cannot happen: checked above
-		s.fail(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	s.storeErr.Inc()
-	e.counters.storeError.Inc()
-	if s.storeDown.CompareAndSwap(false, true) {
-		s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
-			"fail_open", s.cfg.FailOpen)
-	} else {
-		s.log.Debug("store error", "err", err, "path", r.URL.Path)
-	}
+// writeDegraded answers a request the store could not decide, per FailOpen.
+func (s *Server) writeDegraded(w http.ResponseWriter, e *policyEntry) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
 	b := make([]byte, 0, 160)
 	if s.cfg.FailOpen {
-		e.counters.failOpen.Inc()
 		b = append(b, `{"allowed":true`...)
 		b = appendPolicy(b, e.p)
 		b = append(b, `,"degraded":"store unavailable; failing open"}`...)
