@@ -10,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice/service"
@@ -32,6 +34,9 @@ type ServeOptions struct {
 	Fail         string
 	StoreTimeout time.Duration
 	LogFormat    string
+	GRPC         string // Envoy RateLimitService address; "" for none
+	Config       string // envoyproxy/ratelimit rules file; "" for none
+	HTTPDomain   string
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -49,6 +54,9 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
 	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout, "bound on one store call")
 	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
+	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
+	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
+	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
 	return fs
 }
 
@@ -93,7 +101,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Store = st
 	if sh, ok := st.(*shmstore.Store); ok {
-		policies := []store.Policy{cfg.Default}
+		policies := append([]store.Policy{cfg.Default}, rulePolicies(cfg.Rules)...)
 		for _, p := range cfg.Limits {
 			policies = append(policies, p)
 		}
@@ -114,7 +122,20 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Warn("store not reachable yet; serving per -fail", "store", st.Name(), "err", perr)
 	}
 	cancel()
-	err = RunServer(ctx, cfg, o.Addr, log, nil)
+	var extras []ServeExtra
+	if o.GRPC != "" {
+		if cfg.Rules == nil {
+			log.Warn("-grpc without -config: no descriptor matches a rule, so every one is answered OK")
+		}
+		extras = append(extras, WithGRPC(o.GRPC, nil))
+	}
+	if o.Config != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		extras = append(extras, WithRulesReload(o.Config, hup))
+	}
+	err = RunServer(ctx, cfg, o.Addr, log, nil, extras...)
 	if cerr := st.Close(); cerr != nil {
 		log.Warn("closing store", "err", cerr)
 	}
@@ -152,13 +173,21 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Limits = limits
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
+	cfg.HTTPDomain = o.HTTPDomain
+	if o.Config != "" {
+		if cfg.Rules, err = loadRules(o.Config); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
 }
 
 // RunServer serves cfg on addr until ctx is cancelled, then shuts down
 // gracefully. If ready is non-nil it is called with the bound address once
-// the listener is open (useful with port 0).
-func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr)) error {
+// the listener is open (useful with port 0). extras (WithGRPC,
+// WithRulesReload) start before the server reports listening and stop after
+// the HTTP server has shut down.
+func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr), extras ...ServeExtra) error {
 	srv, err := service.New(cfg)
 	if err != nil {
 		return err
@@ -177,6 +206,14 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, x := range extras {
+		stop, err := x(ctx, srv, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
 		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),
