@@ -164,4 +164,3 @@ func (s *Server) allowByRule(w http.ResponseWriter, r *http.Request, a *allowArg
 	}
 	return true
 }
-

@@ -128,7 +128,7 @@ func TestMatchExamples(t *testing.T) {
 		{"sms", []string{"kind", "news", "phone", "555"}, "<none>"},
 		{"per_ip", []string{"client_ip", "198.51.100.1"}, "per_ip.client_ip"},
 		{"per_ip", []string{"client_ip", "192.0.2.66"}, "per_ip.client_ip_192.0.2.66"}, // exact beats key-only
-		{"depth", []string{"app", "shop"}, "<none>"},                                    // too short
+		{"depth", []string{"app", "shop"}, "<none>"},                                   // too short
 		{"depth", []string{"app", "shop", "route", "/cart"}, "depth.app_shop.route"},
 		{"depth", []string{"app", "shop", "route", "/cart", "x", "y"}, "<none>"}, // too long
 		{"inside", []string{"backup", "nightly"}, "inside.backup"},
