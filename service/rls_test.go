@@ -177,7 +177,7 @@ func TestRLSUnmatchedCountsNothing(t *testing.T) {
 		d      *ratelimitv3.RateLimitDescriptor
 	}{
 		{"nowhere", desc("phone", "555")},
-		{"sms", desc("kind", "promo")},                       // a placeholder without rate_limit
+		{"sms", desc("kind", "promo")},                         // a placeholder without rate_limit
 		{"sms", desc("kind", "promo", "phone", "5", "x", "y")}, // deeper than any rule
 		{"sms", desc("fax", "555")},
 	} {
