@@ -114,6 +114,22 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	assert.Equal(t, 0, s.stop(t))
 }
 
+// -config-poll reloads when the file changes, without a signal.
+func TestServeReloadOnFileChange(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	writeRules(t, file, e2eRules)
+	s := serve(t, "-store", "memory", "-grpc", "127.0.0.1:0", "-config", file, "-config-poll", "10ms")
+	c := rlsClient(t, s)
+	assert.EqualValues(t, 2, shouldRateLimit(t, c, "api", "user", "cy").Statuses[0].LimitRemaining)
+	writeRules(t, file, strings.Replace(e2eRules, "requests_per_unit: 3", "requests_per_unit: 30", 1))
+	// A real process: wait for the line that says the reload happened.
+	require.Eventually(t, func() bool { return strings.Contains(s.logs.String(), `msg="rules reloaded"`) },
+		10*time.Second, 5*time.Millisecond, "%s", s.logs.String())
+	assert.EqualValues(t, 29, shouldRateLimit(t, c, "api", "user", "cy").Statuses[0].LimitRemaining)
+	assert.Equal(t, 1, strings.Count(s.logs.String(), `msg="rules reloaded"`), "one change, one reload")
+	assert.Equal(t, 0, s.stop(t))
+}
+
 // Envoy's view of a store outage: descriptors follow -fail.
 func TestServeGRPCRedisKilled(t *testing.T) {
 	for _, mode := range []string{"open", "closed"} {

@@ -36,6 +36,7 @@ type ServeOptions struct {
 	LogFormat    string
 	GRPC         string // Envoy RateLimitService address; "" for none
 	Config       string // envoyproxy/ratelimit rules file; "" for none
+	ConfigPoll   time.Duration
 	HTTPDomain   string
 }
 
@@ -56,6 +57,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
 	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
 	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
+	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when its size or modification time changed and then held for one more check, checked this often (0: only on SIGHUP)")
 	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
 	return fs
 }
@@ -133,7 +135,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
-		extras = append(extras, WithRulesReload(o.Config, hup))
+		extras = append(extras, WithRulesReload(o.Config, hup, o.ConfigPoll))
 	}
 	err = RunServer(ctx, cfg, o.Addr, log, nil, extras...)
 	if cerr := st.Close(); cerr != nil {

@@ -64,24 +64,63 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 }
 
 // WithRulesReload reloads the rules file at path each time sig delivers (the
-// serve command sends SIGHUP there). A bad file keeps the rules in force;
-// service.Server.ReloadRules logs and counts either outcome.
-func WithRulesReload(path string, sig <-chan os.Signal) ServeExtra {
-	return func(ctx context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
+// serve command sends SIGHUP there) and, if poll > 0, whenever a check every
+// poll finds the file's size or modification time changed and then the same
+// on the next check (Windows has no
+// SIGHUP; a Kubernetes ConfigMap update swaps the file). A bad file keeps
+// the rules in force; service.Server.ReloadRules logs and counts either
+// outcome.
+func WithRulesReload(path string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
+	return func(ctx context.Context, srv *service.Server, _ *slog.Logger) (func(), error) {
 		ctx, cancel := context.WithCancel(ctx)
+		var tick <-chan time.Time
+		stopTicker := func() {}
+		if poll > 0 {
+			t := time.NewTicker(poll)
+			tick, stopTicker = t.C, t.Stop
+		}
+		last := fileStamp(path)
 		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-sig:
-					_ = srv.ReloadRules(path)
-				}
-			}
-		})
-		return func() { cancel(); wg.Wait() }, nil
+		wg.Go(func() { reloadLoop(ctx, srv, path, sig, tick, last) })
+		return func() { cancel(); wg.Wait(); stopTicker() }, nil
 	}
+}
+
+func reloadLoop(ctx context.Context, srv *service.Server, path string, sig <-chan os.Signal, tick <-chan time.Time, last stamp) {
+	pending := last
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			last = fileStamp(path)
+			pending = last
+			_ = srv.ReloadRules(path)
+		case <-tick:
+			// Why size and mtime, not a hash: a stat per poll costs nothing,
+			// and an editor or kubelet that rewrites the file changes one.
+			// Why wait for two equal readings: a file written in place is
+			// briefly truncated or half written; reloading it then would
+			// log and count an error for nothing.
+			now := fileStamp(path)
+			if now != last && now == pending {
+				last = now
+				_ = srv.ReloadRules(path)
+			}
+			pending = now
+		}
+	}
+}
+
+// stamp identifies a version of a file; the zero stamp is a missing file.
+type stamp struct{ size, modNanos int64 }
+
+func fileStamp(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	return stamp{fi.Size(), fi.ModTime().UnixNano()}
 }
 
 // loadRules reads the -config file; its errors name the file, line and field.
