@@ -30,7 +30,8 @@ import (
 // request is over its limit (as envoyproxy/ratelimit does). The response
 // is OVER_LIMIT when any descriptor is. Per descriptor:
 //   - no matching rule: OK, nothing counted, no current_limit;
-//   - an unlimited rule: OK, limit_remaining 2³²−1, nothing counted;
+//   - an unlimited rule: OK, limit_remaining 2³²−1, no bucket (counted as
+//     allowed in the metrics);
 //   - requests_per_unit 0: OVER_LIMIT, counted as denied;
 //   - otherwise the GCRA decision for cost hits_addend (the descriptor's own
 //     when set, else the request's; 0 means 1): current_limit, and
@@ -126,6 +127,7 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 	case e == nil:
 		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
 	case e.rule.Unlimited:
+		s.tally(&e.policyEntry, store.Result{Allowed: true}, false) // counted, no bucket
 		return unlimitedStatus, nil
 	}
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}

@@ -211,6 +211,8 @@ func TestRLSUnlimitedAndBlocked(t *testing.T) {
 	keys, err := f.mem.Keys(context.Background())
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, keys, "only the limited address has a bucket")
+	allowed, denied := f.srv.Stats()
+	assert.Equal(t, [2]int64{101, 1}, [2]int64{allowed, denied}, "unlimited counts as allowed; the blocked address as denied")
 }
 
 // A shadow_mode rule decides and counts but answers OK.

@@ -2,7 +2,6 @@ package service
 
 import (
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 
@@ -146,7 +145,7 @@ func (s *Server) allowByRule(w http.ResponseWriter, r *http.Request, a *allowArg
 	shadow := s.cfg.Shadow || rule.Shadow
 	switch {
 	case rule.Unlimited:
-		s.tally(&e.policyEntry, store.Result{Allowed: true, Remaining: math.Inf(1)}, shadow)
+		s.tally(&e.policyEntry, store.Result{Allowed: true}, shadow)
 		writeJSON(w, http.StatusOK, map[string]any{"allowed": true, "unlimited": true})
 	case !e.limited: // requests_per_unit: 0 denies everything
 		v := s.tally(&e.policyEntry, store.Result{}, shadow)
