@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -57,8 +56,6 @@ func (s *Server) RegisterRateLimitService(g grpc.ServiceRegistrar) {
 type rateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	s *Server
-
-	overrides sync.Map // "rpu/unit" → *ruleEntry, one per limit override seen
 }
 
 var unlimitedStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
@@ -105,7 +102,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		} else if r := rules.Match(cfg, domain, entries); r != nil {
 			e = &rs.entries[r.Index]
 		}
-		st, err := g.decide(ctx, domain, entries, cost, e)
+		st, err := g.decide(ctx, entries, cost, e)
 		if err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
@@ -121,7 +118,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 }
 
 // decide answers one descriptor matched to e (nil: no rule).
-func (g *rateLimitService) decide(ctx context.Context, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	s := g.s
 	switch {
 	case e == nil:
@@ -167,8 +164,10 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 	return st, nil
 }
 
-// override returns the entry for a descriptor's limit override in domain,
-// made once per distinct domain and limit.
+// override returns the entry for a descriptor's limit override in domain.
+// Why not cached: the limit and the domain come from the caller, so a cache
+// would grow with whatever callers send; an override costs a few label
+// lookups more than a rule.
 func (g *rateLimitService) override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*ruleEntry, error) {
 	unit := rules.Unit(strings.ToLower(o.GetUnit().String()))
 	if unit.Duration() == 0 {
@@ -178,14 +177,9 @@ func (g *rateLimitService) override(domain string, o *ratelimitv3.RateLimitDescr
 		return nil, fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
 	}
 	r := &rules.Rule{Domain: domain, Name: "override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit}
-	id := rules.BucketKey(r, []rules.KV(nil))
-	if e, ok := g.overrides.Load(id); ok {
-		return e.(*ruleEntry), nil
-	}
 	e, err := g.s.ruleEntry(r)
 	if err != nil {
 		return nil, err
 	}
-	actual, _ := g.overrides.LoadOrStore(id, &e)
-	return actual.(*ruleEntry), nil
+	return &e, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluice-go/sluice/internal/redistest"
 )
@@ -83,6 +84,13 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	writeRules(t, file, e2eRules)
 	s := serve(t, "-store", "memory", "-grpc", "127.0.0.1:0", "-config", file)
 	c := rlsClient(t, s)
+	gm := grpcListenRE.FindStringSubmatch(s.logs.String())
+	hc, err := grpc.NewClient(gm[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer hc.Close()
+	h, err := healthpb.NewHealthClient(hc).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
 	for i := range 3 {
 		r := shouldRateLimit(t, c, "api", "user", "ann")
 		require.Equal(t, rlsv3.RateLimitResponse_OK, r.OverallCode, "request %d", i+1)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-go/sluice/service"
@@ -21,8 +23,10 @@ import (
 // built and before it reports listening; stop is called at shutdown.
 type ServeExtra func(ctx context.Context, srv *service.Server, log *slog.Logger) (stop func(), err error)
 
-// WithGRPC serves Envoy's RateLimitService (v3) on addr next to the HTTP API.
-// ready, if non-nil, is called with the bound address.
+// WithGRPC serves Envoy's RateLimitService (v3) on addr next to the HTTP API,
+// with the standard gRPC health service (SERVING until shutdown begins) for
+// Envoy's gRPC health checks. ready, if non-nil, is called with the bound
+// address.
 func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 	return func(_ context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
 		ln, err := net.Listen("tcp", addr)
@@ -36,6 +40,8 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		)
 		srv.RegisterRateLimitService(g)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(g, hs)
 		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService")
 		if ready != nil {
 			ready(ln.Addr())
@@ -50,6 +56,7 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 		return func() {
 			// Let calls in flight finish, as the HTTP side does, but not
 			// forever: a stuck stream must not hold the process.
+			hs.Shutdown()
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
 			select {
