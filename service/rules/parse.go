@@ -116,12 +116,13 @@ func (p *parser) document(doc *yaml.Node) error {
 
 // fields calls f for each key of mapping m, refusing duplicate keys.
 func (p *parser) fields(m *yaml.Node, path string, f func(key string, k, v *yaml.Node) error) error {
+	m = deref(m)
 	if m.Kind != yaml.MappingNode {
 		return p.errf(m, path, "want a mapping")
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
+		k, v := m.Content[i], deref(m.Content[i+1])
 		name := join(path, k.Value)
 		if seen[k.Value] {
 			return p.errf(k, name, "given twice")
@@ -132,6 +133,14 @@ func (p *parser) fields(m *yaml.Node, path string, f func(key string, k, v *yaml
 		}
 	}
 	return nil
+}
+
+// deref follows YAML aliases (*name) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
 }
 
 func join(path, field string) string {
@@ -164,7 +173,7 @@ func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level
 		return p.errf(seq, path, "want a list of descriptors")
 	}
 	for i, d := range seq.Content {
-		if err := p.descriptor(d, fmt.Sprintf("%s[%d]", path, i), domain, parent, into); err != nil {
+		if err := p.descriptor(deref(d), fmt.Sprintf("%s[%d]", path, i), domain, parent, into); err != nil {
 			return err
 		}
 	}

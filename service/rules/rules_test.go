@@ -172,6 +172,22 @@ descriptors:
 	assert.Equal(t, uint32(2), rules.Match(c, "d", kv("a", "2", "b", "y")).RequestsPerUnit)
 }
 
+// YAML aliases name a block once and reuse it.
+func TestParseAliases(t *testing.T) {
+	c, err := rules.Parse("f", []byte(`
+domain: d
+descriptors:
+  - key: a
+    rate_limit: &small {unit: second, requests_per_unit: 2}
+  - key: b
+    rate_limit: *small
+`))
+	require.NoError(t, err)
+	require.Len(t, c.Rules, 2)
+	assert.Equal(t, uint32(2), rules.Match(c, "d", kv("b", "x")).RequestsPerUnit)
+	assert.Equal(t, rules.Second, rules.Match(c, "d", kv("b", "x")).Unit)
+}
+
 func TestPolicyMapping(t *testing.T) {
 	for _, tc := range []struct {
 		unit rules.Unit
