@@ -42,9 +42,18 @@ func Parse(file string, data []byte) (*Config, error) {
 }
 
 type parser struct {
-	file string
-	c    *Config
+	file    string
+	c       *Config
+	aliased int // descriptors read through an alias (*name), counted as expanded
 }
+
+// Bounds that keep a hostile file (recursive or exponentially nested
+// aliases) from hanging the server, far above any real rules file. Plain
+// descriptors need no count: the file's size bounds them.
+const (
+	maxDepth   = 32
+	maxAliased = 10_000
+)
 
 func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
@@ -111,7 +120,7 @@ func (p *parser) document(doc *yaml.Node) error {
 	if descs == nil {
 		return nil
 	}
-	return p.descriptors(descs, "descriptors", domain, nil, top)
+	return p.descriptors(descs, "descriptors", domain, nil, top, false)
 }
 
 // fields calls f for each key of mapping m, refusing duplicate keys.
@@ -122,7 +131,7 @@ func (p *parser) fields(m *yaml.Node, path string, f func(key string, k, v *yaml
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], deref(m.Content[i+1])
+		k, v := m.Content[i], m.Content[i+1] // consumers follow aliases
 		name := join(path, k.Value)
 		if seen[k.Value] {
 			return p.errf(k, name, "given twice")
@@ -151,6 +160,7 @@ func join(path, field string) string {
 }
 
 func (p *parser) str(v *yaml.Node, field string, out *string) error {
+	v = deref(v)
 	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
 		return p.errf(v, field, "want a string")
 	}
@@ -159,13 +169,18 @@ func (p *parser) str(v *yaml.Node, field string, out *string) error {
 }
 
 func (p *parser) boolean(v *yaml.Node, field string, out *bool) error {
+	v = deref(v)
 	if v.Kind != yaml.ScalarNode || v.Decode(out) != nil {
 		return p.errf(v, field, "%q is not true or false", v.Value)
 	}
 	return nil
 }
 
-func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level) error {
+// descriptors reads a list of descriptors into a level; aliased says the list
+// is (inside) an expanded alias.
+func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
+	aliased = aliased || seq.Kind == yaml.AliasNode
+	seq = deref(seq)
 	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
 		return nil
 	}
@@ -173,14 +188,22 @@ func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level
 		return p.errf(seq, path, "want a list of descriptors")
 	}
 	for i, d := range seq.Content {
-		if err := p.descriptor(deref(d), fmt.Sprintf("%s[%d]", path, i), domain, parent, into); err != nil {
+		if aliased || d.Kind == yaml.AliasNode {
+			if p.aliased++; p.aliased > maxAliased {
+				return p.errf(d, path, "more than %d descriptors through aliases (aliases expanding without end?)", maxAliased)
+			}
+		}
+		if err := p.descriptor(deref(d), fmt.Sprintf("%s[%d]", path, i), domain, parent, into, aliased || d.Kind == yaml.AliasNode); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, into level) error {
+func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
+	if len(parent) >= maxDepth {
+		return p.errf(d, path, "descriptors nested deeper than %d levels (a recursive alias?)", maxDepth)
+	}
 	var (
 		lv                    Level
 		keyNode, rl, children *yaml.Node
@@ -262,7 +285,7 @@ func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, i
 		return p.errf(d, join(path, "shadow_mode"), "needs a rate_limit on the same descriptor")
 	}
 	if children != nil {
-		return p.descriptors(children, join(path, "descriptors"), domain, levels, n.children)
+		return p.descriptors(children, join(path, "descriptors"), domain, levels, n.children, aliased)
 	}
 	return nil
 }
@@ -278,6 +301,7 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 			unitNode = v
 			return p.str(v, f, &unit)
 		case "requests_per_unit":
+			v = deref(v)
 			rpuNode = v
 			var n int64
 			if v.Kind != yaml.ScalarNode || v.Decode(&n) != nil || n < 0 || n > math.MaxUint32 {

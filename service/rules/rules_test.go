@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,25 @@ descriptors:
 	require.Len(t, c.Rules, 2)
 	assert.Equal(t, uint32(2), rules.Match(c, "d", kv("b", "x")).RequestsPerUnit)
 	assert.Equal(t, rules.Second, rules.Match(c, "d", kv("b", "x")).Unit)
+}
+
+// Aliases cannot hang the parser: a recursive one hits the depth bound, an
+// exponentially expanding one the descriptor count.
+func TestParseHostileAliases(t *testing.T) {
+	_, err := rules.Parse("f", []byte("domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nested deeper than")
+
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &l0\n      - key: leaf\n")
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&b, "  - key: l%d\n    descriptors: &l%d\n      - {key: x, descriptors: *l%d}\n      - {key: y, descriptors: *l%d}\n", i, i, i-1, i-1)
+	}
+	start := time.Now()
+	_, err = rules.Parse("f", []byte(b.String()))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "more than 10000 descriptors through aliases")
+	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
 func TestPolicyMapping(t *testing.T) {
