@@ -443,3 +443,38 @@ func TestRLSFailModesRedisKilled(t *testing.T) {
 		})
 	}
 }
+
+// Three replicas of the service, each with its own gRPC listener, on one
+// shared store: on a hand-driven clock the sum they allow is exactly
+// burst + rate·T (never more), whoever asks.
+func TestRLSThreeReplicasShareALimit(t *testing.T) {
+	c := &vclock{now: time.Hour}
+	mem := store.NewMemory(store.WithClock(c.Now))
+	t.Cleanup(func() { _ = mem.Close() })
+	rs, err := rules.Parse("r.yaml", []byte("domain: api\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 20}\n"))
+	require.NoError(t, err)
+	var replicas [3]rlsv3.RateLimitServiceClient
+	for i := range replicas {
+		srv, err := service.New(service.Config{Store: mem, Default: store.Policy{Rate: 1, Burst: 1}, Rules: rs,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		require.NoError(t, err)
+		replicas[i] = serveGRPC(t, srv)
+	}
+	allowed := 0
+	const step, steps = 10 * time.Millisecond, 200
+	for k := range steps {
+		if k > 0 {
+			c.Advance(step)
+		}
+		for _, r := range replicas {
+			f := &rlsFixture{rls: r}
+			if f.ask(t, "api", 0, desc("tenant", "acme")).OverallCode == OK {
+				allowed++
+			}
+		}
+	}
+	T := time.Duration(steps-1) * step // first to last decision
+	bound := 20*T.Seconds() + 20
+	assert.LessOrEqual(t, float64(allowed), bound)
+	assert.Equal(t, 20+39, allowed, "the burst, then one every 50 ms for 1.99 s")
+}
