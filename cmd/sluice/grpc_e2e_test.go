@@ -72,10 +72,19 @@ func TestServeBadConfigExit2(t *testing.T) {
 	assert.Equal(t, 2, ee.ExitCode())
 	assert.Contains(t, string(out), file+`:5: descriptors[0].rate_limit.unit: "minutes" is not a unit`)
 
-	out, err = exec.Command(binary, "serve", "-addr", "127.0.0.1:0", "-config", filepath.Join(t.TempDir(), "none.yaml")).CombinedOutput()
-	require.ErrorAs(t, err, &ee, "%s", out)
-	assert.Equal(t, 2, ee.ExitCode())
-	assert.Contains(t, string(out), "no such file")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-config", filepath.Join(t.TempDir(), "none.yaml")}, "no such file"},
+		{[]string{"-config-poll", "1s"}, "-config-poll needs -config"},
+		{[]string{"-config", file, "-config-poll", "-1s"}, "must not be negative"},
+	} {
+		out, err = exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, c.args...)...).CombinedOutput()
+		require.ErrorAs(t, err, &ee, "%s", out)
+		assert.Equal(t, 2, ee.ExitCode(), "%v", c.args)
+		assert.Contains(t, string(out), c.want)
+	}
 }
 
 // SIGHUP reloads the rules; a bad file keeps the old ones, logged and counted.
@@ -83,6 +92,7 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	writeRules(t, file, e2eRules)
 	s := serve(t, "-store", "memory", "-grpc", "127.0.0.1:0", "-config", file)
+	assert.Contains(t, s.logs.String(), `msg="rules loaded" file=`+file+` domains=api rules=1`)
 	c := rlsClient(t, s)
 	gm := grpcListenRE.FindStringSubmatch(s.logs.String())
 	hc, err := grpc.NewClient(gm[1], grpc.WithTransportCredentials(insecure.NewCredentials()))

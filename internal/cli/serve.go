@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,6 +133,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		extras = append(extras, WithGRPC(o.GRPC, nil))
 	}
 	if o.Config != "" {
+		log.Info("rules loaded", "file", o.Config, "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
@@ -176,6 +178,12 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
+	switch {
+	case o.ConfigPoll < 0:
+		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)
+	case o.ConfigPoll > 0 && o.Config == "":
+		return cfg, errors.New("-config-poll needs -config")
+	}
 	if o.Config != "" {
 		if cfg.Rules, err = loadRules(o.Config); err != nil {
 			return cfg, err
