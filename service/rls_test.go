@@ -73,6 +73,9 @@ descriptors:
   - key: key
     value: internal
     rate_limit: {unlimited: true}
+  - key: key
+    value: über
+    rate_limit: {unit: second, requests_per_unit: 2}
 `
 
 type rlsFixture struct {
@@ -319,6 +322,8 @@ func TestRLSHTTPSharesTheBucket(t *testing.T) {
 	for range 20 {
 		require.Equal(t, 200, f.get(t, "/allow?key=internal").status)
 	}
+	h = f.get(t, "/allow?key=%C3%BCber")
+	assert.Equal(t, `"rule-line-36";q=2;w=1`, h.header.Get("RateLimit-Policy"), "non-ASCII names are replaced in headers")
 	assert.JSONEq(t, `{"allowed":true,"unlimited":true}`, f.get(t, "/allow?key=internal").raw)
 	assert.JSONEq(t, `{"allowed":true,"remaining":9,"limit":10,"rate":10}`, f.get(t, "/allow?key=other").raw, "the default policy")
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -71,13 +72,21 @@ func (s *Server) compile(c *rules.Config) (*ruleSet, error) {
 
 func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	e := ruleEntry{rule: r}
+	// Why: the name goes into RateLimit-Policy headers as a structured-field
+	// string, which must be printable ASCII; a rule keyed on other values
+	// is named after its line instead (gRPC's current_limit keeps r.Name).
+	name := r.Name
+	if policyName(name, 0) != name {
+		name = "rule-line-" + strconv.Itoa(r.Line)
+	}
 	if p, ok := r.Policy(); ok {
 		if err := p.Validate(); err != nil {
 			return e, err
 		}
+		p.Name = name
 		e.policyEntry, e.limited = s.entry(p), true
 	} else {
-		e.policyEntry = policyEntry{p: store.Policy{Name: r.Name}, counters: s.metrics.forPolicy(r.Name)}
+		e.policyEntry = policyEntry{p: store.Policy{Name: name}, counters: s.metrics.forPolicy(name)}
 	}
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
