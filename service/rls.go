@@ -130,16 +130,18 @@ func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.Ra
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}
 	shadow := s.cfg.Shadow || e.rule.Shadow
 	var v verdict
-	if !e.limited || cost > uint64(e.p.Burst) {
-		// requests_per_unit 0, or a cost that can never be allowed: over
-		// the limit without asking the store.
-		v = s.tally(&e.policyEntry, store.Result{}, shadow)
-	} else {
+	asked := e.limited && cost <= uint64(e.p.Burst)
+	if asked {
 		var err error
 		v, err = s.decide(ctx, rules.BucketKey(e.rule, entries), int64(cost), &e.policyEntry, shadow)
 		if err != nil {
 			return nil, err
 		}
+	} else {
+		// requests_per_unit 0, or a cost that can never be allowed: over
+		// the limit without asking the store, and no time would change it
+		// (so no duration_until_reset).
+		v = s.tally(&e.policyEntry, store.Result{}, shadow)
 	}
 	// Only a shadow_mode rule turns its own status OK; the global shadow
 	// mode answers OK for the request as a whole (ShouldRateLimit).
@@ -152,8 +154,7 @@ func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.Ra
 		if !v.allowed {
 			st.DurationUntilReset = durationpb.New(time.Second)
 		}
-	case !e.limited:
-	default:
+	case asked:
 		st.LimitRemaining = uint32(min(math.Floor(max(v.res.Remaining, 0)), math.MaxUint32))
 		d := v.res.ResetAfter
 		if !v.res.Allowed {

@@ -262,6 +262,7 @@ func TestRLSHitsAddend(t *testing.T) {
 	// More than the whole burst can never pass; it spends nothing.
 	r = f.ask(t, "edge", 11, desc("client_ip", "198.51.100.3"))
 	assert.Equal(t, OVER, r.OverallCode)
+	assert.Nil(t, r.Statuses[0].DurationUntilReset, "no wait makes 11 of 10 pass")
 	r = f.ask(t, "edge", 10, desc("client_ip", "198.51.100.3"))
 	assert.Equal(t, OK, r.OverallCode)
 	assert.EqualValues(t, 0, r.Statuses[0].LimitRemaining)
