@@ -314,7 +314,7 @@ func TestRLSHTTPSharesTheBucket(t *testing.T) {
 	assert.JSONEq(t, `{"allowed":true,"remaining":0,"limit":5,"rate":5}`, h.raw)
 	h = f.get(t, "/allow?key=tenant-a")
 	assert.Equal(t, 429, h.status)
-	assert.Equal(t, `"http.key_tenant-a";q=5;w=1`, h.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"http.key_tenant-a";q=5;w=1;sluice-burst=5`, h.header.Get("RateLimit-Policy"))
 
 	h = f.get(t, "/allow?key=tenant-a&n=6")
 	assert.Equal(t, 400, h.status)
@@ -324,7 +324,7 @@ func TestRLSHTTPSharesTheBucket(t *testing.T) {
 		require.Equal(t, 200, f.get(t, "/allow?key=internal").status)
 	}
 	h = f.get(t, "/allow?key=%C3%BCber")
-	assert.Equal(t, `"rule-line-36";q=2;w=1`, h.header.Get("RateLimit-Policy"), "non-ASCII names are replaced in headers")
+	assert.Equal(t, `"rule-line-36";q=2;w=1;sluice-burst=2`, h.header.Get("RateLimit-Policy"), "non-ASCII names are replaced in headers")
 	assert.JSONEq(t, `{"allowed":true,"unlimited":true}`, f.get(t, "/allow?key=internal").raw)
 	assert.JSONEq(t, `{"allowed":true,"remaining":9,"limit":10,"rate":10}`, f.get(t, "/allow?key=other").raw, "the default policy")
 }

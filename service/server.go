@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/service/rules"
 	"github.com/sluice-go/sluice/service/store"
 )
@@ -80,17 +80,10 @@ type Server struct {
 }
 
 type policyEntry struct {
-	p         store.Policy
-	counters  *policyCounters
-	nameSF    string   // the name as a structured-field string
-	policyHdr []string // RateLimit-Policy value
-	limitHdr  []string // X-RateLimit-Limit value
+	p        store.Policy
+	counters *policyCounters
+	resp     *limitresponse.Policy // headers and body, shared with httplimit
 }
-
-var (
-	jsonCT  = []string{"application/json"}
-	noStore = []string{"no-store"}
-)
 
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
@@ -146,18 +139,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 func (s *Server) entry(p store.Policy) policyEntry {
-	// Why w = ⌈burst/rate⌉: RateLimit-Policy describes a quota q per window w;
-	// a GCRA bucket refills its whole burst in burst/rate seconds, and the
-	// draft wants whole seconds.
-	w := max(1, int64(math.Ceil(float64(p.Burst)/p.Rate)))
-	name := sfString(p.Name)
-	return policyEntry{
-		p:         p,
-		counters:  s.metrics.forPolicy(p.Name),
-		nameSF:    name,
-		policyHdr: []string{name + ";q=" + strconv.FormatInt(p.Burst, 10) + ";w=" + strconv.FormatInt(w, 10)},
-		limitHdr:  []string{strconv.FormatInt(p.Burst, 10)},
-	}
+	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
 }
 
 // ServeHTTP implements http.Handler.
@@ -231,94 +213,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) 
 
 // writeDegraded answers a request the store could not decide, per FailOpen.
 func (s *Server) writeDegraded(w http.ResponseWriter, e *policyEntry) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-RateLimit-Limit", strconv.FormatInt(e.p.Burst, 10))
-	b := make([]byte, 0, 160)
-	if s.cfg.FailOpen {
-		b = append(b, `{"allowed":true`...)
-		b = appendPolicy(b, e.p)
-		b = append(b, `,"degraded":"store unavailable; failing open"}`...)
-		b = append(b, '\n')
-		w.WriteHeader(http.StatusOK)
-	} else {
-		b = append(b, `{"allowed":false`...)
-		b = appendPolicy(b, e.p)
-		b = append(b, `,"retry_after_ms":1000,"degraded":"store unavailable; failing closed"}`...)
-		b = append(b, '\n')
-		h.Set("Retry-After", "1")
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	_, _ = w.Write(b)
-}
-
-func appendPolicy(b []byte, p store.Policy) []byte {
-	b = append(b, `,"limit":`...)
-	b = strconv.AppendInt(b, p.Burst, 10)
-	b = append(b, `,"rate":`...)
-	return strconv.AppendFloat(b, p.Rate, 'f', -1, 64)
+	e.resp.WriteDegraded(w, s.cfg.FailOpen)
 }
 
 func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
-	h := w.Header()
-	// Direct map writes with canonical keys and shared constant values: the
-	// hot path skips canonicalisation and an allocation per header.
-	h["Content-Type"] = jsonCT
-	h["Cache-Control"] = noStore
-	// Report remaining rounded down to a thousandth: never promise a token
-	// that has not fully arrived.
-	remaining := math.Floor(max(res.Remaining, 0)*1000) / 1000
-	whole := strconv.FormatInt(int64(remaining), 10)
-	h["X-Ratelimit-Limit"] = e.limitHdr
-	h["X-Ratelimit-Remaining"] = []string{whole}
-	h["Ratelimit-Policy"] = e.policyHdr
-	h["Ratelimit"] = []string{e.nameSF + ";r=" + whole + ";t=" + strconv.FormatInt(ceilDiv(res.ResetAfter, time.Second), 10)}
-
-	b := make([]byte, 0, 128)
-	if res.Allowed || shadowDenied {
-		b = append(b, `{"allowed":true,"remaining":`...)
-	} else {
-		b = append(b, `{"allowed":false,"remaining":`...)
-	}
-	b = strconv.AppendFloat(b, remaining, 'f', -1, 64)
-	b = appendPolicy(b, e.p)
-	status := http.StatusOK
-	if !res.Allowed {
-		// Round up both: a client that waits what we say must find the token there.
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, max(1, ceilDiv(res.RetryAfter, time.Millisecond)), 10)
-		if shadowDenied {
-			b = append(b, `,"shadow_denied":true`...)
-		} else {
-			h["Retry-After"] = []string{strconv.FormatInt(max(1, ceilDiv(res.RetryAfter, time.Second)), 10)}
-			status = http.StatusTooManyRequests
-		}
-	}
-	b = append(b, "}\n"...)
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-func ceilDiv(d, unit time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + unit - 1) / unit)
-}
-
-// sfString quotes s as an RFC 9651 structured-field string. Policy names are
-// printable ASCII by construction (see policyName).
-func sfString(s string) string {
-	b := make([]byte, 0, len(s)+2)
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		if s[i] == '"' || s[i] == '\\' {
-			b = append(b, '\\')
-		}
-		b = append(b, s[i])
-	}
-	return string(append(b, '"'))
+	e.resp.WriteDecision(w, res, shadowDenied)
 }
 
 // fail writes a JSON error {"error": "..."} with status. Nothing is counted

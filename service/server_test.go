@@ -93,7 +93,7 @@ func TestAllowThenDeny(t *testing.T) {
 	assert.JSONEq(t, `{"allowed":true,"remaining":9,"limit":10,"rate":10}`, r.raw)
 	assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
 	assert.Equal(t, "9", r.header.Get("X-RateLimit-Remaining"))
-	assert.Equal(t, `"default";q=10;w=1`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";q=10;w=1;sluice-burst=10`, r.header.Get("RateLimit-Policy"))
 	assert.Equal(t, `"default";r=9;t=1`, r.header.Get("RateLimit"))
 	assert.Empty(t, r.header.Get("Retry-After"))
 
@@ -133,8 +133,10 @@ func TestRetryAfterRoundsUpWholeSeconds(t *testing.T) {
 	// T = 2.5 s; 1 ms later the next token is 2.499 s away: 3 s, never 2.
 	assert.Equal(t, "3", r.header.Get("Retry-After"))
 	assert.EqualValues(t, 2499, r.body["retry_after_ms"])
-	assert.Equal(t, `"slow";q=2;w=5`, r.header.Get("RateLimit-Policy"))
-	assert.Equal(t, `"slow";r=0;t=5`, r.header.Get("RateLimit"))
+	// 0.4/s is 2 per 5 s. t is the wait for the next whole token (2.499 s),
+	// rounded up like Retry-After; it said 5 (time until full) before.
+	assert.Equal(t, `"slow";q=2;w=5;sluice-burst=2`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"slow";r=0;t=3`, r.header.Get("RateLimit"))
 }
 
 func TestCostN(t *testing.T) {
@@ -157,11 +159,28 @@ func TestLimitsOverrideDefault(t *testing.T) {
 	r := f.get(t, "/allow?key=tenant-a&n=150")
 	require.Equal(t, 200, r.status)
 	assert.JSONEq(t, `{"allowed":true,"remaining":50,"limit":200,"rate":100}`, r.raw)
-	assert.Equal(t, `"tenant-a";q=200;w=2`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"tenant-a";q=100;w=1;sluice-burst=200`, r.header.Get("RateLimit-Policy"))
 	r = f.get(t, "/allow?key=tenant-b&n=6")
 	assert.Equal(t, 400, r.status, "6 is above tenant-b's burst of 5")
 	r = f.get(t, "/allow?key=other&n=10")
 	assert.Equal(t, 200, r.status)
+}
+
+// TestPolicyHeaderRateAboveBurst is the -limits fast=100:1 case: the policy
+// field used to say q=1;w=1, which reads as 1 request a second.
+func TestPolicyHeaderRateAboveBurst(t *testing.T) {
+	limits, err := service.ParseLimits("fast=100:1,even=10:10,deep=5:50")
+	require.NoError(t, err)
+	f := newFixture(t, func(c *service.Config) { c.Limits = limits })
+	for key, want := range map[string]string{
+		"fast": `"fast";q=100;w=1;sluice-burst=1`,
+		"even": `"even";q=10;w=1;sluice-burst=10`,
+		"deep": `"deep";q=5;w=1;sluice-burst=50`,
+	} {
+		r := f.get(t, "/allow?key="+key)
+		require.Equal(t, 200, r.status, r.raw)
+		assert.Equal(t, want, r.header.Get("RateLimit-Policy"), key)
+	}
 }
 
 func TestBadInputCountsNothing(t *testing.T) {
@@ -284,7 +303,11 @@ func TestStoreFailure(t *testing.T) {
 				require.Equal(t, 429, r.status, r.raw)
 				assert.Equal(t, false, r.body["allowed"])
 				assert.Equal(t, "1", r.header.Get("Retry-After"))
+				assert.Equal(t, `"default";r=0;t=1`, r.header.Get("RateLimit"))
 			}
+			// Degraded answers carry the policy too (they carried none before).
+			assert.Equal(t, `"default";q=10;w=1;sluice-burst=10`, r.header.Get("RateLimit-Policy"))
+			assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
 			assert.Contains(t, r.body["degraded"], "store unavailable")
 			h := f.get(t, "/healthz")
 			assert.Equal(t, 503, h.status)

@@ -145,7 +145,8 @@ func TestServeEndToEnd(t *testing.T) {
 	require.Equal(t, 429, r.status)
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
 	assert.Equal(t, "10", r.header.Get("X-RateLimit-Limit"))
-	assert.Equal(t, `"default";q=10;w=1`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";q=10;w=1;sluice-burst=10`, r.header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";r=0;t=1`, r.header.Get("RateLimit"))
 	assert.Contains(t, r.body, `"allowed":false`)
 
 	r = get(t, s.URL+"/allow?key=tenant-b&n=6")

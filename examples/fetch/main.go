@@ -1,12 +1,14 @@
 // Command fetch shows what Sluice is for: a rate-limited HTTP API and a
-// client that never sees a 429, because every request waits its turn in
-// ratelimiter.Acquire.
+// client that never sees a 429, because its http.Client's transport is an
+// httplimit.Transport: every request waits its turn on a ratelimiter.Limiter
+// (and, were a 429 to come back anyway, no request would leave before its
+// Retry-After).
 //
 // It starts a local API server on loopback that allows -rate requests per
 // second with bursts of -server-burst and answers 429 Too Many Requests
 // above that, then makes -n fetches at once from fibers of a real-time
-// sched.Run loop, each wrapped in Acquire on a limiter of the same rate. It
-// prints when each fetch went out and what came back.
+// sched.Run loop through one client whose transport waits on a limiter of
+// the same rate. It prints when each fetch went out and what came back.
 //
 //	go run ./examples/fetch                  # 50 fetches at 5/s: about 8 s
 //	go run ./examples/fetch -rate 50         # the same in under a second
@@ -32,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
 )
@@ -91,47 +94,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	api := newAPI(cfg.Rate, cfg.ServerBurst)
 	srv := httptest.NewServer(api) // 127.0.0.1, a free port
 	defer srv.Close()
-	transport := &http.Transport{MaxIdleConnsPerHost: cfg.Fetches}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	base := &http.Transport{MaxIdleConnsPerHost: cfg.Fetches}
+	defer base.CloseIdleConnections()
 
 	rep := &Report{}
-	var mu sync.Mutex // guards rep: Blocking calls run on goroutines of their own
+	var mu sync.Mutex // guards rep: round trips run on goroutines of their own
 	err := sched.Run(ctx, func(ctx context.Context) error {
 		// The timeline starts just before the limiter does, so that every
 		// offset is at least the limiter's own schedule for that fetch.
 		start := sched.Now(ctx)
-		limiter, err := ratelimiter.New(ctx, cfg.Rate, cfg.ClientBurst)
-		if err != nil {
-			return err
+		var limiter httplimit.Limiter = unlimited{}
+		if !cfg.Unlimited {
+			l, err := ratelimiter.New(ctx, cfg.Rate, cfg.ClientBurst)
+			if err != nil {
+				return err
+			}
+			limiter = l
+		}
+		// The whole of the limiting: this client waits its turn per request.
+		client := &http.Client{
+			Transport: httplimit.Transport(stamp{base, start, &mu, rep}, limiter),
+			Timeout:   30 * time.Second,
 		}
 		var fibers []*sched.Fiber
 		for i := range cfg.Fetches {
 			fibers = append(fibers, sched.Go(ctx, func(ctx context.Context) error {
-				if !cfg.Unlimited {
-					if err := limiter.Acquire(ctx, 1); err != nil {
-						return err
-					}
-				}
-				sent := sched.Now(ctx).Sub(start)
-				// The request is real I/O: run it off the loop so the
-				// other fibers keep going.
-				return sched.Blocking(ctx, func() error {
-					status, err := get(ctx, client, fmt.Sprintf("%s/item/%d", srv.URL, i))
-					if err != nil {
-						return err
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					rep.Fetches = append(rep.Fetches, Fetch{ID: i, SentAt: sent, Status: status})
-					switch status {
-					case http.StatusOK:
-						rep.OK++
-					case http.StatusTooManyRequests:
-						rep.TooMany++
-					}
-					return nil
-				})
+				return get(ctx, client, fmt.Sprintf("%s/item/%d", srv.URL, i))
 			}))
 		}
 		var errs []error
@@ -145,19 +133,58 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, err
 }
 
-func get(ctx context.Context, c *http.Client, url string) (int, error) {
+// get fetches url from a fiber. The transport parks the fiber while it
+// waits its turn and runs the round trip off the loop; the body is read off
+// the loop too, so other fibers keep going.
+func get(ctx context.Context, c *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+	return sched.Blocking(ctx, func() error {
+		defer resp.Body.Close()
+		_, err := io.Copy(io.Discard, resp.Body)
+		return err
+	})
 }
+
+// stamp is the base transport with a log: it records when each request
+// actually went out (after its wait) and what came back.
+type stamp struct {
+	base  http.RoundTripper
+	start time.Time
+	mu    *sync.Mutex
+	rep   *Report
+}
+
+func (s stamp) RoundTrip(req *http.Request) (*http.Response, error) {
+	sent := sched.Now(req.Context()).Sub(s.start)
+	resp, err := s.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	var id int
+	_, _ = fmt.Sscanf(req.URL.Path, "/item/%d", &id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rep.Fetches = append(s.rep.Fetches, Fetch{ID: id, SentAt: sent, Status: resp.StatusCode})
+	switch resp.StatusCode {
+	case http.StatusOK:
+		s.rep.OK++
+	case http.StatusTooManyRequests:
+		s.rep.TooMany++
+	}
+	return resp, nil
+}
+
+// unlimited lets every request go at once (the -unlimited control run).
+type unlimited struct{}
+
+func (unlimited) Acquire(ctx context.Context, _ int) error { return ctx.Err() }
 
 // Print writes the timeline and the summary.
 func Print(w io.Writer, cfg Config, rep *Report) {

@@ -1,0 +1,260 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/limitresponse"
+	"github.com/sluice-go/sluice/service/store"
+)
+
+// MaxKeyLen is the longest key, in bytes, a Middleware limits by, KeyPrefix
+// included (the same bound as `sluice serve`'s /allow). A longer or an empty key is answered
+// with 400: either would otherwise be a store's error, and under FailOpen a
+// way around the limit.
+const MaxKeyLen = 256
+
+// DefaultStoreTimeout bounds one store call of a Middleware whose store does
+// I/O (Redis, the service), as `sluice serve` does.
+const DefaultStoreTimeout = 250 * time.Millisecond
+
+// Middleware limits inbound HTTP requests by key over a store.Store. Create
+// it with NewMiddleware and wrap handlers with Handler. It is safe for
+// concurrent use; the zero value is not usable. It does not own the store:
+// closing it is the caller's business.
+//
+// Each request costs one token of its key's bucket. An allowed request goes
+// on to the wrapped handler with the rate-limit fields already set on its
+// response (X-RateLimit-Limit, X-RateLimit-Remaining, RateLimit-Policy,
+// RateLimit); a denied one gets 429 with the same fields, Retry-After and a
+// JSON body, the answer `sluice serve` gives to /allow. A request whose key
+// cannot be found gets 400. When the store fails, the request follows the
+// fail mode (FailOpen, the default, lets it through; FailClosed answers 429
+// with Retry-After: 1), and the outage is logged once when it starts and once
+// when it ends.
+type Middleware struct {
+	store     store.Store
+	def       *limitresponse.Policy
+	byKey     map[string]*limitresponse.Policy // read-only after NewMiddleware
+	key       func(*http.Request) (string, error)
+	prefix    string
+	failOpen  bool
+	timeout   time.Duration // 0 for in-process stores: they never wait
+	log       *slog.Logger
+	storeDown atomic.Bool // for logging transitions only
+}
+
+// MiddlewareOption configures NewMiddleware.
+type MiddlewareOption func(*mwConfig)
+
+type mwConfig struct {
+	key      func(*http.Request) (string, error)
+	trusted  []string
+	limits   map[string]store.Policy
+	prefix   string
+	failOpen bool
+	timeout  time.Duration
+	log      *slog.Logger
+	err      error
+}
+
+// KeyByIP limits by the client's IP address (the default). Forwarded and
+// X-Forwarded-For are believed only when the peer is one of trustedProxies
+// (IPs or CIDR prefixes, "10.0.0.0/8"), and only back through the chain of
+// trusted hops; with none given, the key is the peer address itself, which
+// nobody can forge. A request whose peer is not an IP (a server on a Unix
+// socket) gets 400 (ErrNoClientIP): key such servers by header or function.
+func KeyByIP(trustedProxies ...string) MiddlewareOption {
+	return func(c *mwConfig) { c.key, c.trusted = nil, trustedProxies }
+}
+
+// KeyByHeader limits by the value of a request header (an API key, a tenant
+// id). A request without the header gets 400.
+func KeyByHeader(name string) MiddlewareOption {
+	canon := http.CanonicalHeaderKey(name)
+	return KeyFunc(func(r *http.Request) (string, error) {
+		if v := r.Header[canon]; len(v) > 0 && v[0] != "" {
+			return v[0], nil
+		}
+		return "", fmt.Errorf("httplimit: missing %s header", canon)
+	})
+}
+
+// KeyFunc limits by the key f returns. An error from f answers the request
+// with 400 and the error's text.
+func KeyFunc(f func(*http.Request) (string, error)) MiddlewareOption {
+	return func(c *mwConfig) { c.key = f }
+}
+
+// Limits gives some keys a policy of their own; other keys get the
+// default policy passed to NewMiddleware. A policy without a Name is named
+// after its key.
+func Limits(byKey map[string]store.Policy) MiddlewareOption {
+	return func(c *mwConfig) { c.limits = byKey }
+}
+
+// KeyPrefix prefixes every key in the store. Middlewares that share one
+// store with different policies (one per route, say) need distinct prefixes,
+// or the same key would be counted under two policies at once. It costs one
+// small allocation per request.
+func KeyPrefix(prefix string) MiddlewareOption {
+	return func(c *mwConfig) { c.prefix = prefix }
+}
+
+// FailOpen lets requests through while the store fails (the default).
+func FailOpen() MiddlewareOption { return func(c *mwConfig) { c.failOpen = true } }
+
+// FailClosed answers 429 with Retry-After: 1 while the store fails.
+func FailClosed() MiddlewareOption { return func(c *mwConfig) { c.failOpen = false } }
+
+// StoreTimeout bounds each call to a store that does I/O (default
+// DefaultStoreTimeout). In-process stores (store.InProcess) are never
+// bounded: they do not wait.
+func StoreTimeout(d time.Duration) MiddlewareOption {
+	return func(c *mwConfig) {
+		if d <= 0 {
+			c.err = fmt.Errorf("httplimit: store timeout %v: must be positive", d)
+		}
+		c.timeout = d
+	}
+}
+
+// Logger sets where store outages are logged (default slog.Default()).
+func Logger(l *slog.Logger) MiddlewareOption { return func(c *mwConfig) { c.log = l } }
+
+// NewMiddleware returns a Middleware that limits each key to p over s. The
+// policy is named "default" when p.Name is empty.
+func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Middleware, error) {
+	if s == nil {
+		return nil, errors.New("httplimit: store is nil")
+	}
+	c := mwConfig{failOpen: true, timeout: DefaultStoreTimeout}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	if len(c.prefix) >= MaxKeyLen {
+		return nil, fmt.Errorf("httplimit: key prefix of %d bytes leaves no room for a key (MaxKeyLen %d)", len(c.prefix), MaxKeyLen)
+	}
+	def, err := newPolicy(p, "default")
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, timeout: c.timeout, log: c.log, key: c.key}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if _, ok := s.(store.InProcess); ok {
+		m.timeout = 0
+	}
+	if m.key == nil {
+		trusted, err := parseTrusted(c.trusted)
+		if err != nil {
+			return nil, err
+		}
+		k := &ipKeyer{trusted: trusted}
+		m.key = k.key
+	}
+	if len(c.limits) > 0 {
+		m.byKey = make(map[string]*limitresponse.Policy, len(c.limits))
+		for k, kp := range c.limits {
+			e, err := newPolicy(kp, k)
+			if err != nil {
+				return nil, fmt.Errorf("httplimit: limit for key %q: %w", k, err)
+			}
+			m.byKey[k] = e
+		}
+	}
+	return m, nil
+}
+
+// newPolicy validates p and names it name when it has no name.
+func newPolicy(p store.Policy, name string) (*limitresponse.Policy, error) {
+	if p.Name == "" {
+		p.Name = name
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	}
+	for i := 0; i < len(p.Name); i++ {
+		// The name goes into a header as a structured-field string.
+		if c := p.Name[i]; c < 0x20 || c > 0x7e {
+			return nil, fmt.Errorf("httplimit: policy name %q: must be printable ASCII", p.Name)
+		}
+	}
+	return limitresponse.NewPolicy(p), nil
+}
+
+// Handler returns next wrapped in the limit.
+func (m *Middleware) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.allow(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// allow decides r, writes the refusal when there is one, and reports
+// whether r may go on.
+func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
+	key, err := m.key(r)
+	switch {
+	case err != nil:
+		limitresponse.WriteError(w, http.StatusBadRequest, err.Error())
+		return false
+	case key == "":
+		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: empty rate-limit key")
+		return false
+	case len(m.prefix)+len(key) > MaxKeyLen:
+		limitresponse.WriteError(w, http.StatusBadRequest, "httplimit: rate-limit key over "+strconv.Itoa(MaxKeyLen-len(m.prefix))+" bytes")
+		return false
+	}
+	e := m.def
+	if m.byKey != nil {
+		if pe, ok := m.byKey[key]; ok {
+			e = pe
+		}
+	}
+	if m.prefix != "" {
+		key = m.prefix + key
+	}
+	ctx := r.Context()
+	if m.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.timeout)
+		defer cancel()
+	}
+	res, err := m.store.Allow(ctx, key, 1, e.Policy())
+	if err != nil {
+		if r.Context().Err() != nil {
+			return false // the client went away mid-call: nobody to answer
+		}
+		if m.storeDown.CompareAndSwap(false, true) {
+			m.log.Error("httplimit: store failing; requests follow the fail mode",
+				"store", m.store.Name(), "err", err, "fail_open", m.failOpen)
+		}
+		if m.failOpen {
+			e.SetDegradedHeaders(w.Header(), true)
+			return true
+		}
+		e.WriteDegraded(w, false)
+		return false
+	}
+	if m.storeDown.Load() && m.storeDown.CompareAndSwap(true, false) {
+		m.log.Info("httplimit: store recovered", "store", m.store.Name())
+	}
+	if !res.Allowed {
+		e.WriteDecision(w, res, false)
+		return false
+	}
+	e.SetHeaders(w.Header(), res)
+	return true
+}

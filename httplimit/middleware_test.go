@@ -1,0 +1,357 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/httplimit"
+	"github.com/sluice-go/sluice/service"
+	"github.com/sluice-go/sluice/service/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// handClock drives a Memory store's time by hand.
+type handClock struct {
+	mu  sync.Mutex
+	now time.Duration
+}
+
+func (c *handClock) Now() time.Duration      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *handClock) Advance(d time.Duration) { c.mu.Lock(); c.now += d; c.mu.Unlock() }
+
+func memory(t *testing.T) (*store.Memory, *handClock) {
+	c := &handClock{now: time.Hour}
+	m := store.NewMemory(store.WithClock(c.Now))
+	t.Cleanup(func() { _ = m.Close() })
+	return m, c
+}
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hello\n") })
+
+type reply struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func get(t *testing.T, url string, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return reply{resp.StatusCode, resp.Header, string(b)}
+}
+
+func serve(t *testing.T, h http.Handler) *httptest.Server {
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() { ts.Close(); http.DefaultClient.CloseIdleConnections() })
+	return ts
+}
+
+// TestPerIPOverLoopback is the default: limit by the peer's IP, every answer
+// carrying the fields, the fourth request of a burst of 3 refused.
+func TestPerIPOverLoopback(t *testing.T) {
+	mem, clock := memory(t)
+	lim, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 3})
+	require.NoError(t, err)
+	ts := serve(t, lim.Handler(hello))
+
+	for i := 2; i >= 0; i-- {
+		r := get(t, ts.URL)
+		require.Equal(t, 200, r.status)
+		assert.Equal(t, "hello\n", r.body)
+		assert.Equal(t, `"default";q=1;w=1;sluice-burst=3`, r.header.Get("RateLimit-Policy"))
+		assert.Equal(t, `"default";r=`+string(rune('0'+i))+`;t=1`, r.header.Get("RateLimit"))
+		assert.Equal(t, "3", r.header.Get("X-RateLimit-Limit"))
+		assert.Empty(t, r.header.Get("Retry-After"))
+	}
+	r := get(t, ts.URL)
+	require.Equal(t, 429, r.status)
+	assert.JSONEq(t, `{"allowed":false,"remaining":0,"limit":3,"rate":1,"retry_after_ms":1000}`, r.body)
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	assert.Equal(t, `"default";r=0;t=1`, r.header.Get("RateLimit"))
+	assert.Equal(t, "application/json", r.header.Get("Content-Type"))
+
+	clock.Advance(time.Second)
+	assert.Equal(t, 200, get(t, ts.URL).status)
+}
+
+// TestSameAnswerAsServe: the same decision, one through `sluice serve`'s
+// handler and one through the middleware, gives the same status, fields and
+// body (one implementation, not a copy).
+func TestSameAnswerAsServe(t *testing.T) {
+	p := store.Policy{Name: "fast", Rate: 100, Burst: 1}
+	memA, clockA := memory(t)
+	memB, clockB := memory(t)
+	srv, err := service.New(service.Config{Store: memA, Default: p, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	lim, err := httplimit.NewMiddleware(memB, p, httplimit.KeyFunc(func(*http.Request) (string, error) { return "k", nil }))
+	require.NoError(t, err)
+	svc, mw := serve(t, srv), serve(t, lim.Handler(hello))
+
+	for i, advance := range []time.Duration{0, 0, 3 * time.Millisecond, 7 * time.Millisecond} {
+		clockA.Advance(advance)
+		clockB.Advance(advance)
+		a, b := get(t, svc.URL+"/allow?key=k"), get(t, mw.URL)
+		require.Equal(t, a.status, b.status, "step %d", i)
+		for _, h := range []string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Retry-After"} {
+			assert.Equal(t, a.header[h], b.header[h], "step %d: %s", i, h)
+		}
+		if a.status == 429 {
+			assert.Equal(t, a.body, b.body, "step %d", i)
+		}
+	}
+}
+
+func TestTrustedProxies(t *testing.T) {
+	mem, _ := memory(t)
+	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	cases := []struct {
+		name    string
+		trusted []string
+		remote  string
+		hdr     map[string]string
+		want    string // the key the limit is counted under; "" for a 400
+	}{
+		{"no proxies: headers ignored", nil, "198.51.100.7:5000", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "198.51.100.7"},
+		{"untrusted peer: spoof ignored", []string{"10.0.0.0/8"}, "198.51.100.7:5000", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "198.51.100.7"},
+		{"trusted peer: XFF client", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"},
+		{"spoof before the trusted chain", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"X-Forwarded-For": "1.1.1.1, 203.0.113.9, 10.0.0.5"}, "203.0.113.9"},
+		{"Forwarded wins", []string{"10.0.0.2"}, "10.0.0.2:5000", map[string]string{"Forwarded": `for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`, "X-Forwarded-For": "1.1.1.1"}, "2001:db8::1"},
+		{"trusted peer, no header", []string{"10.0.0.0/8"}, "10.0.0.2:5000", nil, "10.0.0.2"},
+		{"IPv6 peer", nil, "[2001:db8::7]:443", nil, "2001:db8::7"},
+		{"unreadable forwarded element", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"Forwarded": "for=_hidden"}, ""},
+		{"bad RemoteAddr", nil, "pipe", nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			counted := &keyStore{Store: mem}
+			lim, err := httplimit.NewMiddleware(counted, store.Policy{Rate: 1, Burst: 100}, httplimit.KeyByIP(c.trusted...))
+			require.NoError(t, err)
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = c.remote
+			for k, v := range c.hdr {
+				req.Header.Set(k, v)
+			}
+			w := httptest.NewRecorder()
+			lim.Handler(record).ServeHTTP(w, req)
+			if c.want == "" {
+				assert.Equal(t, 400, w.Code)
+				assert.Contains(t, w.Body.String(), "no client IP")
+				return
+			}
+			assert.Equal(t, 200, w.Code)
+			assert.Equal(t, c.want, counted.last.Load())
+		})
+	}
+	_, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, httplimit.KeyByIP("10.0.0.0/33"))
+	assert.ErrorContains(t, err, `trusted proxy "10.0.0.0/33"`)
+}
+
+// keyStore remembers the last key it was asked about.
+type keyStore struct {
+	store.Store
+	last atomic.Value
+}
+
+func (k *keyStore) Allow(ctx context.Context, key string, n int64, p store.Policy) (store.Result, error) {
+	k.last.Store(key)
+	return k.Store.Allow(ctx, key, n, p)
+}
+
+func TestKeyByHeaderAndKeyFuncErrors(t *testing.T) {
+	mem, _ := memory(t)
+	lim, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, httplimit.KeyByHeader("x-api-key"))
+	require.NoError(t, err)
+	ts := serve(t, lim.Handler(hello))
+	r := get(t, ts.URL)
+	assert.Equal(t, 400, r.status)
+	assert.JSONEq(t, `{"error":"httplimit: missing X-Api-Key header"}`, r.body)
+	assert.Equal(t, 200, get(t, ts.URL, "X-Api-Key", "a").status)
+	assert.Equal(t, 429, get(t, ts.URL, "X-Api-Key", "a").status)
+	assert.Equal(t, 200, get(t, ts.URL, "X-Api-Key", "b").status, "another key, another bucket")
+
+	long := strings.Repeat("k", httplimit.MaxKeyLen+1)
+	r = get(t, ts.URL, "X-Api-Key", long)
+	assert.Equal(t, 400, r.status, "a key the service would refuse must not become a store error (fail open)")
+	assert.Contains(t, r.body, "over 256 bytes")
+	assert.Equal(t, 200, get(t, ts.URL, "X-Api-Key", long[1:]).status)
+
+	lim, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1},
+		httplimit.KeyFunc(func(*http.Request) (string, error) { return "", nil }))
+	require.NoError(t, err)
+	w := httptest.NewRecorder()
+	lim.Handler(hello).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, 400, w.Code)
+	assert.JSONEq(t, `{"error":"httplimit: empty rate-limit key"}`, w.Body.String())
+
+	lim, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1},
+		httplimit.KeyFunc(func(*http.Request) (string, error) { return "", errors.New("no tenant") }))
+	require.NoError(t, err)
+	w = httptest.NewRecorder()
+	lim.Handler(hello).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	assert.Equal(t, 400, w.Code)
+	assert.JSONEq(t, `{"error":"no tenant"}`, w.Body.String())
+}
+
+// TestPerKeyAndPerRoute: Limits gives a key its own policy; two routes over
+// one store keep apart with KeyPrefix.
+func TestPerKeyAndPerRoute(t *testing.T) {
+	mem, _ := memory(t)
+	byTenant := httplimit.KeyByHeader("Tenant")
+	search, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, byTenant,
+		httplimit.KeyPrefix("search:"), httplimit.Limits(map[string]store.Policy{"big": {Rate: 100, Burst: 3}}))
+	require.NoError(t, err)
+	upload, err := httplimit.NewMiddleware(mem, store.Policy{Name: "upload", Rate: 1, Burst: 2}, byTenant, httplimit.KeyPrefix("upload:"))
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/search", search.Handler(hello))
+	mux.Handle("/upload", upload.Handler(hello))
+	ts := serve(t, mux)
+
+	var codes []int
+	for range 4 {
+		codes = append(codes, get(t, ts.URL+"/search", "Tenant", "big").status)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429}, codes, "big has a burst of 3")
+	r := get(t, ts.URL+"/search", "Tenant", "big")
+	assert.Equal(t, `"big";q=100;w=1;sluice-burst=3`, r.header.Get("RateLimit-Policy"))
+
+	codes = nil
+	for range 3 {
+		codes = append(codes, get(t, ts.URL+"/upload", "Tenant", "big").status)
+	}
+	assert.Equal(t, []int{200, 200, 429}, codes, "upload counts apart from search")
+	assert.Equal(t, `"upload";q=1;w=1;sluice-burst=2`, get(t, ts.URL+"/upload", "Tenant", "big").header.Get("RateLimit-Policy"))
+}
+
+// flaky fails every call while down is set.
+type flaky struct {
+	store.Store
+	down atomic.Bool
+}
+
+var errDown = errors.New("connection refused")
+
+func (f *flaky) Allow(ctx context.Context, k string, n int64, p store.Policy) (store.Result, error) {
+	if f.down.Load() {
+		return store.Result{}, errDown
+	}
+	return f.Store.Allow(ctx, k, n, p)
+}
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestStoreFailure(t *testing.T) {
+	for _, open := range []bool{true, false} {
+		name := map[bool]string{true: "open", false: "closed"}[open]
+		t.Run(name, func(t *testing.T) {
+			mem, _ := memory(t)
+			fs := &flaky{Store: mem}
+			var logs syncBuffer
+			opts := []httplimit.MiddlewareOption{httplimit.Logger(slog.New(slog.NewTextHandler(&logs, nil)))}
+			if !open {
+				opts = append(opts, httplimit.FailClosed())
+			}
+			lim, err := httplimit.NewMiddleware(fs, store.Policy{Rate: 1, Burst: 100}, opts...)
+			require.NoError(t, err)
+			ts := serve(t, lim.Handler(hello))
+
+			for outage := 1; outage <= 2; outage++ {
+				fs.down.Store(true)
+				for range 5 {
+					r := get(t, ts.URL)
+					assert.Equal(t, `"default";q=1;w=1;sluice-burst=100`, r.header.Get("RateLimit-Policy"))
+					if open {
+						assert.Equal(t, 200, r.status)
+						assert.Equal(t, "hello\n", r.body)
+						assert.Empty(t, r.header.Get("RateLimit"), "remaining is unknown: no RateLimit field")
+					} else {
+						assert.Equal(t, 429, r.status)
+						assert.Equal(t, "1", r.header.Get("Retry-After"))
+						assert.Equal(t, `"default";r=0;t=1`, r.header.Get("RateLimit"))
+						assert.JSONEq(t, `{"allowed":false,"limit":100,"rate":1,"retry_after_ms":1000,"degraded":"store unavailable; failing closed"}`, r.body)
+					}
+				}
+				fs.down.Store(false)
+				for range 3 {
+					assert.Equal(t, 200, get(t, ts.URL).status)
+				}
+				out := logs.String()
+				assert.Equal(t, outage, strings.Count(out, "store failing"), "logged once per outage:\n%s", out)
+				assert.Equal(t, outage, strings.Count(out, "store recovered"), out)
+			}
+		})
+	}
+}
+
+func TestNewMiddlewareErrors(t *testing.T) {
+	mem, _ := memory(t)
+	_, err := httplimit.NewMiddleware(nil, store.Policy{Rate: 1, Burst: 1})
+	assert.ErrorContains(t, err, "store is nil")
+	_, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 0, Burst: 1})
+	assert.ErrorContains(t, err, `policy "default": rate 0`)
+	_, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, httplimit.Limits(map[string]store.Policy{"x": {Rate: 1}}))
+	assert.ErrorContains(t, err, `limit for key "x"`)
+	_, err = httplimit.NewMiddleware(mem, store.Policy{Name: "é", Rate: 1, Burst: 1})
+	assert.ErrorContains(t, err, "printable ASCII")
+	_, err = httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, httplimit.StoreTimeout(0))
+	assert.ErrorContains(t, err, "store timeout 0s")
+}
+
+// TestAllowedPathAllocs: past the first request of a key, an allowed
+// request allocates nothing in the middleware (memory store, IP key).
+func TestAllowedPathAllocs(t *testing.T) {
+	mem, clock := memory(t)
+	lim, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1e6, Burst: 200})
+	require.NoError(t, err)
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &nopWriter{h: http.Header{}}
+	h.ServeHTTP(w, req)
+	allocs := testing.AllocsPerRun(200, func() {
+		clock.Advance(time.Millisecond) // refill: every request is allowed
+		h.ServeHTTP(w, req)
+	})
+	assert.Zero(t, allocs)
+	assert.Equal(t, `"default";r=199;t=1`, w.h.Get("RateLimit"))
+}
+
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}

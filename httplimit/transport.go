@@ -1,0 +1,324 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/semaphore"
+)
+
+// Limiter is what a Transport waits on before each request. A
+// *ratelimiter.Limiter is one; so is anything else that blocks until n units
+// may go and returns ctx's error when ctx ends first.
+type Limiter interface {
+	Acquire(ctx context.Context, n int) error
+}
+
+// rateSetter and burstSetter are the optional parts of a Limiter that
+// AdaptToPolicy uses (a *ratelimiter.Limiter has both once SetRate and
+// SetBurst exist); a limiter without them is left alone.
+type rateSetter interface {
+	Rate() float64
+	SetRate(rate float64) error
+}
+
+type burstSetter interface {
+	Burst() int
+	SetBurst(burst int) error
+}
+
+// MaxHold caps how long a Retry-After or RateLimit field can hold a
+// Transport's queue: a server that answers "come back in a year" gets an
+// hour, and a caller's ctx deadline ends the wait sooner anyway.
+const MaxHold = time.Hour
+
+// ErrHeldPastDeadline is returned, wrapped together with
+// context.DeadlineExceeded, by a request whose ctx deadline comes before the
+// end of a hold the upstream asked for: it fails at once instead of waiting
+// for a certain timeout.
+var ErrHeldPastDeadline = errors.New("httplimit: upstream asked us to wait past the request's deadline")
+
+// RoundTripper is an http.RoundTripper that waits its turn on a Limiter
+// before each request and honours the upstream's requests to back off.
+// Create it with Transport; it is safe for concurrent use.
+//
+// Each request waits, in arrival order, first for any hold the upstream
+// asked for, then for one unit of the limiter, then goes out through the
+// base transport. A request whose ctx ends while it waits returns ctx's
+// error and sends nothing; it leaves the queue at once, holds no place in it
+// and, if it was waiting on the limiter, no token (the limiter hands them
+// on). The one exception: a request that already had its token when a new
+// hold began, and whose ctx ends during that hold, has spent the token (a
+// Limiter has no way to take one back).
+//
+// A 429 or 503 response that says when to come back (Retry-After, in
+// seconds or as an HTTP date, or else a RateLimit field with r=0 and t
+// seconds, per draft-ietf-httpapi-ratelimit-headers-12) starts a hold: no
+// request leaves before that instant, and the queue keeps its order through
+// it. The response itself is returned to the caller, never retried, unless
+// Retry asks for retries.
+//
+// Inside a sched.Run loop the waits park the fiber on the loop's clock and
+// the base round trip runs through sched.Blocking, so other fibers go on;
+// read the response body inside sched.Blocking as well. Outside a loop waits
+// use real time (or a testing/synctest bubble's time).
+type RoundTripper struct {
+	base    http.RoundTripper
+	lim     Limiter
+	gate    *semaphore.Semaphore // FIFO: the head waits out holds, then takes its token
+	retries int
+	adapt   bool
+
+	mu    sync.Mutex
+	until time.Time // guarded by mu; no request leaves before it
+}
+
+// TransportOption configures Transport.
+type TransportOption func(*RoundTripper)
+
+// Retry makes a Transport retry a request answered 429 or 503 up to max
+// times, waiting out each hold and its turn on the limiter again, but only
+// for idempotent methods (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) whose body
+// can be replayed (none, or Request.GetBody set). The last answer is
+// returned as it came. Without Retry, nothing is retried.
+func Retry(max int) TransportOption {
+	return func(t *RoundTripper) { t.retries = max }
+}
+
+// AdaptToPolicy lowers the limiter's rate (and burst) to what the upstream
+// advertises in RateLimit-Policy ("name";q=Q;w=W is Q/W requests a second;
+// sluice-burst=B a burst), when the limiter has SetRate (SetBurst) and the
+// advertised figure is lower than its own. It never raises them.
+func AdaptToPolicy() TransportOption {
+	return func(t *RoundTripper) { t.adapt = true }
+}
+
+// Transport returns a RoundTripper that sends requests through base
+// (http.DefaultTransport when nil), each after one unit of lim.
+//
+//	client := &http.Client{Transport: httplimit.Transport(nil, limiter)}
+func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *RoundTripper {
+	if lim == nil {
+		panic("httplimit: Transport with a nil Limiter")
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	t := &RoundTripper{base: base, lim: lim, gate: semaphore.New(1)}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	retryable := t.retries > 0 && idempotent(req.Method) && (req.Body == nil || req.Body == http.NoBody || req.GetBody != nil)
+	out := req
+	for attempt := 0; ; attempt++ {
+		if err := t.wait(ctx); err != nil {
+			closeBody(out)
+			return nil, err
+		}
+		var resp *http.Response
+		err := sched.Blocking(ctx, func() error {
+			var err error
+			resp, err = t.base.RoundTrip(out)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		held := t.learn(ctx, resp)
+		if !held || !retryable || attempt >= t.retries || ctx.Err() != nil {
+			return resp, nil
+		}
+		next, err := rewind(req)
+		if err != nil {
+			return resp, nil // cannot replay the body: the answer stands
+		}
+		// The answer is dropped for a retry: read a little of it so the
+		// connection can be reused, then close it.
+		_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
+		resp.Body.Close()
+		out = next
+	}
+}
+
+// Hold returns the instant before which no request leaves (zero if the
+// upstream never asked for a hold).
+func (t *RoundTripper) Hold() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.until
+}
+
+// wait takes the caller's turn: through the FIFO gate, past any hold, one
+// unit of the limiter, and past any hold that began meanwhile.
+func (t *RoundTripper) wait(ctx context.Context) error {
+	if err := t.gate.Acquire(ctx, 1); err != nil {
+		return err
+	}
+	defer t.gate.Release(1)
+	if err := t.sleepHold(ctx); err != nil {
+		return err
+	}
+	if err := t.lim.Acquire(ctx, 1); err != nil {
+		return err
+	}
+	// Why again: a 429 may have arrived while we waited for the token. The
+	// token is spent either way; the request still must not leave early.
+	return t.sleepHold(ctx)
+}
+
+func (t *RoundTripper) sleepHold(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		until := t.until
+		t.mu.Unlock()
+		now := sched.Now(ctx)
+		d := until.Sub(now)
+		if d <= 0 {
+			return nil
+		}
+		if dl, ok := ctx.Deadline(); ok && dl.Before(until) {
+			return fmt.Errorf("%w (held %v more, deadline in %v): %w", ErrHeldPastDeadline,
+				d, dl.Sub(now), context.DeadlineExceeded)
+		}
+		if err := sched.Sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
+// learn reads what resp says about the upstream's limits: it adapts the
+// limiter (with AdaptToPolicy) and, for a 429 or 503 that says when to come
+// back, starts or extends the hold, reporting whether it did.
+func (t *RoundTripper) learn(ctx context.Context, resp *http.Response) bool {
+	if t.adapt {
+		t.adaptTo(resp.Header)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return false
+	}
+	now := sched.Now(ctx)
+	// The draft (§7): when both are present, Retry-After takes precedence.
+	d, ok := retryAfter(resp.Header, now)
+	if !ok {
+		d, ok = rateLimitWait(resp.Header)
+	}
+	if !ok {
+		return false
+	}
+	until := now.Add(min(d, MaxHold))
+	t.mu.Lock()
+	if until.After(t.until) {
+		t.until = until
+	}
+	t.mu.Unlock()
+	return true
+}
+
+// retryAfter parses Retry-After: delay-seconds, or an HTTP-date taken
+// relative to the response's own Date when it has one (so clock skew between
+// us and the server does not matter).
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(v, 10, 63); err == nil {
+		return time.Duration(min(n, uint64(MaxHold/time.Second))) * time.Second, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	ref := now
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		ref = date
+	}
+	return max(0, at.Sub(ref)), true
+}
+
+// rateLimitWait reads the RateLimit field: the longest t among the service
+// limits with nothing remaining (r=0). Malformed fields are ignored, as the
+// draft requires.
+func rateLimitWait(h http.Header) (time.Duration, bool) {
+	var wait int64 = -1
+	for _, it := range parseSFList(h.Values("Ratelimit")) {
+		r, rok := it.params["r"]
+		tt, tok := it.params["t"]
+		if rok && tok && r == 0 {
+			wait = max(wait, tt)
+		}
+	}
+	if wait < 0 {
+		return 0, false
+	}
+	return time.Duration(min(wait, int64(MaxHold/time.Second))) * time.Second, true
+}
+
+func (t *RoundTripper) adaptTo(h http.Header) {
+	items := parseSFList(h.Values("Ratelimit-Policy"))
+	if len(items) == 0 {
+		return
+	}
+	rate, burst := math.Inf(1), int64(math.MaxInt64)
+	for _, it := range items {
+		q, qok := it.params["q"]
+		w, wok := it.params["w"]
+		if qok && wok && q > 0 && w > 0 {
+			rate = min(rate, float64(q)/float64(w))
+		}
+		if b, ok := it.params["sluice-burst"]; ok && b > 0 {
+			burst = min(burst, b)
+		}
+	}
+	if rs, ok := t.lim.(rateSetter); ok && !math.IsInf(rate, 1) && rate < rs.Rate() {
+		_ = rs.SetRate(rate) // a rate the limiter refuses leaves it as it was
+	}
+	if bs, ok := t.lim.(burstSetter); ok && burst < int64(bs.Burst()) {
+		_ = bs.SetBurst(int(burst))
+	}
+}
+
+func idempotent(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// rewind returns a copy of req to send again, with a fresh body.
+func rewind(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.Body == nil || req.Body == http.NoBody {
+		return next, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	next.Body = body
+	return next, nil
+}
+
+// closeBody closes a request body the base transport never got: a
+// RoundTripper must close it even on error.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

@@ -1,0 +1,315 @@
+// Package limitresponse writes a rate-limit decision as an HTTP response: the
+// IETF RateLimit and RateLimit-Policy fields, the X-RateLimit-* fields,
+// Retry-After, and the JSON body that `sluice serve` answers /allow with.
+// The service and the httplimit middleware both write through it, so the two
+// never answer the same decision differently.
+//
+// The fields follow draft-ietf-httpapi-ratelimit-headers-12 (20 November
+// 2026, the newest revision we found; its RateLimit-Policy (§3) and RateLimit
+// (§4) definitions read as in -11):
+//
+//   - RateLimit-Policy: "name";q=Q;w=W;sluice-burst=B. q is a quota in
+//     requests per window of w whole seconds, so q/w is the policy's rate
+//     exactly (w is the smallest whole window in which the rate is a whole
+//     number of requests). A token bucket also has a burst, which the draft
+//     has no parameter for; §3.1 asks for a vendor-prefixed parameter for
+//     such things ("acme-burst"), hence sluice-burst.
+//   - RateLimit: "name";r=R;t=T. r is the whole tokens in the bucket now; t
+//     is the draft's "effective window": the seconds within which the client
+//     can use no more than r, which for a token bucket is the time until the
+//     next whole token is credited.
+//
+// Whole seconds cannot say "the next token comes in 10 ms", so every figure
+// is rounded the way that never invites a request the server would refuse
+// (the draft's §6 forbids advertising more than is allowed): r down, t and
+// Retry-After up. Retry-After is therefore never earlier than the end of the
+// effective window, as §6 asks.
+package limitresponse
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice/service/store"
+)
+
+// cachedTokens is how many remaining-token counts get their header values
+// built once per policy, so the common responses allocate nothing for them.
+const cachedTokens = 256
+
+// Policy is one store.Policy with its constant header values built once.
+// It is read-only after NewPolicy and safe for concurrent use.
+type Policy struct {
+	p        store.Policy
+	interval time.Duration
+	nameSF   string
+
+	policyHdr []string // RateLimit-Policy
+	limitHdr  []string // X-RateLimit-Limit
+
+	// remaining[r] is X-RateLimit-Remaining for r whole tokens;
+	// rateLimit1[r] is RateLimit for r tokens and t=1, the only t a policy
+	// with rate ≥ 1 ever sends (nil for slower policies).
+	remaining  [][]string
+	rateLimit1 [][]string
+}
+
+var (
+	jsonCT  = []string{"application/json"}
+	noStore = []string{"no-store"}
+	one     = []string{"1"}
+)
+
+// NewPolicy builds the header values of p, which must be valid
+// (store.Policy.Validate) and named.
+func NewPolicy(p store.Policy) *Policy {
+	e := &Policy{
+		p:         p,
+		interval:  p.Interval(),
+		nameSF:    sfString(p.Name),
+		policyHdr: []string{PolicyField(p)},
+		limitHdr:  []string{strconv.FormatInt(p.Burst, 10)},
+	}
+	n := min(p.Burst, cachedTokens-1) + 1
+	e.remaining = make([][]string, n)
+	for r := range e.remaining {
+		e.remaining[r] = []string{strconv.Itoa(r)}
+	}
+	if e.interval <= time.Second {
+		e.rateLimit1 = make([][]string, n)
+		for r := range e.rateLimit1 {
+			e.rateLimit1[r] = []string{e.rateLimitField(int64(r), 1)}
+		}
+	}
+	return e
+}
+
+// Policy returns the store.Policy p was built from.
+func (e *Policy) Policy() store.Policy { return e.p }
+
+// PolicyField returns p's RateLimit-Policy field value (see the package doc).
+func PolicyField(p store.Policy) string {
+	q, w := quotaWindow(p.Rate)
+	return sfString(p.Name) + ";q=" + strconv.FormatInt(q, 10) + ";w=" + strconv.FormatInt(w, 10) +
+		";sluice-burst=" + strconv.FormatInt(p.Burst, 10)
+}
+
+// maxWindow is the longest window quotaWindow searches for an exact quota:
+// a day.
+const maxWindow = 86400
+
+// quotaWindow returns a whole quota q and window w (seconds, ≥ 1) with q/w
+// equal to rate: the smallest such w up to a day. A rate with no exact
+// quota within a day (an irrational-looking float) gets the day, or, if
+// under one request a day, the window of one request; q is rounded down
+// then, so the advertised rate is never above the real one.
+func quotaWindow(rate float64) (q, w int64) {
+	for w := int64(1); w <= maxWindow; w++ {
+		x := rate * float64(w)
+		r := math.Round(x)
+		if r >= 1 && math.Abs(x-r) <= 1e-9*r {
+			return int64(r), w
+		}
+	}
+	if x := rate * maxWindow; x >= 1 {
+		return int64(x), maxWindow
+	}
+	return 1, int64(math.Ceil(1 / rate))
+}
+
+func (e *Policy) rateLimitField(r, t int64) string {
+	return e.nameSF + ";r=" + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
+}
+
+// wholeTokens rounds remaining down: to a thousandth first (the figure the
+// JSON body reports), then to a whole token.
+func wholeTokens(remaining float64) (thousandths float64, whole int64) {
+	thousandths = math.Floor(max(remaining, 0)*1000) / 1000
+	return thousandths, int64(thousandths)
+}
+
+// nextToken is how long until the bucket holds one more whole token than
+// now, with nobody spending: the fraction of an interval left in ResetAfter,
+// or a whole interval when the bucket is full (the next token can only come
+// one interval after the next spend).
+func (e *Policy) nextToken(res store.Result) time.Duration {
+	d := res.ResetAfter % e.interval
+	if d <= 0 {
+		d = e.interval
+	}
+	return d
+}
+
+// SetHeaders sets the rate-limit fields of a decision on h: X-RateLimit-Limit,
+// X-RateLimit-Remaining, RateLimit-Policy, RateLimit, and Retry-After for a
+// denial. It allocates nothing for up to 255 remaining tokens on a policy of
+// rate ≥ 1/s.
+func (e *Policy) SetHeaders(h http.Header, res store.Result) {
+	_, r := wholeTokens(res.Remaining)
+	t := ceilDiv(e.nextToken(res), time.Second)
+	// Direct map writes with canonical keys and shared constant values: the
+	// hot path skips canonicalisation and an allocation per header.
+	h["X-Ratelimit-Limit"] = e.limitHdr
+	if r < int64(len(e.remaining)) {
+		h["X-Ratelimit-Remaining"] = e.remaining[r]
+	} else {
+		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(r, 10)}
+	}
+	h["Ratelimit-Policy"] = e.policyHdr
+	if t == 1 && r < int64(len(e.rateLimit1)) {
+		h["Ratelimit"] = e.rateLimit1[r]
+	} else {
+		h["Ratelimit"] = []string{e.rateLimitField(r, t)}
+	}
+	if !res.Allowed {
+		h["Retry-After"] = e.retryAfter(res.RetryAfter)
+	} else {
+		delete(h, "Retry-After")
+	}
+}
+
+// retryAfter is Retry-After for a wait of d: whole seconds, rounded up, at
+// least 1.
+func (e *Policy) retryAfter(d time.Duration) []string {
+	s := max(1, ceilDiv(d, time.Second))
+	if s == 1 {
+		return one
+	}
+	return []string{strconv.FormatInt(s, 10)}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 192); return &b }}
+
+// WriteDecision writes the whole response for a decision: the fields of
+// SetHeaders, Content-Type and Cache-Control, status 200 (allowed) or 429
+// (denied), and the JSON body
+//
+//	{"allowed":true,"remaining":9,"limit":10,"rate":10}
+//	{"allowed":false,"remaining":0.3,"limit":10,"rate":10,"retry_after_ms":70}
+//
+// shadowDenied answers a denial as allowed (status 200, no Retry-After) with
+// "shadow_denied":true in the body.
+func (e *Policy) WriteDecision(w http.ResponseWriter, res store.Result, shadowDenied bool) {
+	h := w.Header()
+	h["Content-Type"] = jsonCT
+	h["Cache-Control"] = noStore
+	e.SetHeaders(h, res)
+	remaining, _ := wholeTokens(res.Remaining)
+
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	if res.Allowed || shadowDenied {
+		b = append(b, `{"allowed":true,"remaining":`...)
+	} else {
+		b = append(b, `{"allowed":false,"remaining":`...)
+	}
+	b = strconv.AppendFloat(b, remaining, 'f', -1, 64)
+	b = e.appendPolicy(b)
+	status := http.StatusOK
+	if !res.Allowed {
+		// Rounded up: a client that waits what we say must find the token there.
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, max(1, ceilDiv(res.RetryAfter, time.Millisecond)), 10)
+		if shadowDenied {
+			b = append(b, `,"shadow_denied":true`...)
+			delete(h, "Retry-After")
+		} else {
+			status = http.StatusTooManyRequests
+		}
+	}
+	b = append(b, "}\n"...)
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+// SetDegradedHeaders sets the fields a response carries when the store could
+// not decide. The policy is known, the bucket is not: RateLimit-Policy and
+// X-RateLimit-Limit always; failing closed also says what the denial means,
+// r=0 for the Retry-After of one second (RateLimit, X-RateLimit-Remaining,
+// Retry-After: 1). Failing open sends no RateLimit: the draft lets a server
+// omit it, and any figure would be invented.
+func (e *Policy) SetDegradedHeaders(h http.Header, failOpen bool) {
+	h["X-Ratelimit-Limit"] = e.limitHdr
+	h["Ratelimit-Policy"] = e.policyHdr
+	if failOpen {
+		return
+	}
+	h["X-Ratelimit-Remaining"] = e.remaining[0]
+	h["Ratelimit"] = []string{e.rateLimitField(0, 1)}
+	h["Retry-After"] = one
+}
+
+// WriteDegraded writes the whole response for a request the store could not
+// decide: SetDegradedHeaders, then status 200 with
+// {"allowed":true,...,"degraded":"store unavailable; failing open"} or 429
+// with {"allowed":false,...,"retry_after_ms":1000,"degraded":"store
+// unavailable; failing closed"}.
+func (e *Policy) WriteDegraded(w http.ResponseWriter, failOpen bool) {
+	h := w.Header()
+	h["Content-Type"] = jsonCT
+	h["Cache-Control"] = noStore
+	e.SetDegradedHeaders(h, failOpen)
+	b := make([]byte, 0, 192)
+	status := http.StatusOK
+	if failOpen {
+		b = append(b, `{"allowed":true`...)
+		b = e.appendPolicy(b)
+		b = append(b, `,"degraded":"store unavailable; failing open"}`...)
+	} else {
+		b = append(b, `{"allowed":false`...)
+		b = e.appendPolicy(b)
+		b = append(b, `,"retry_after_ms":1000,"degraded":"store unavailable; failing closed"}`...)
+		status = http.StatusTooManyRequests
+	}
+	b = append(b, '\n')
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func (e *Policy) appendPolicy(b []byte) []byte {
+	b = append(b, `,"limit":`...)
+	b = strconv.AppendInt(b, e.p.Burst, 10)
+	b = append(b, `,"rate":`...)
+	return strconv.AppendFloat(b, e.p.Rate, 'f', -1, 64)
+}
+
+// WriteError writes {"error": msg} with status, as JSON.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	b = append(b, '\n')
+	h := w.Header()
+	h["Content-Type"] = jsonCT
+	h["Cache-Control"] = noStore
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+// sfString quotes s as an RFC 9651 structured-field string. Policy names are
+// printable ASCII by construction (service.ParseLimits; httplimit checks its
+// own).
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}
