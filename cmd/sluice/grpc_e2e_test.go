@@ -155,7 +155,7 @@ func TestServeGRPCRedisKilled(t *testing.T) {
 			rs := redistest.Start(t)
 			file := filepath.Join(t.TempDir(), "ratelimit.yaml")
 			writeRules(t, file, e2eRules)
-			s := serve(t, "-store", rs.URL(), "-fail", mode, "-store-timeout", "200ms", "-grpc", "127.0.0.1:0", "-config", file)
+			s := serve(t, "-store", rs.URL(), "-fail", mode, "-store-timeout", "5s", "-grpc", "127.0.0.1:0", "-config", file)
 			c := rlsClient(t, s)
 			r := shouldRateLimit(t, c, "api", "user", "bo")
 			require.Equal(t, rlsv3.RateLimitResponse_OK, r.OverallCode)
