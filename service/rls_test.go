@@ -421,9 +421,16 @@ func TestRLSFailModesRedisKilled(t *testing.T) {
 			t.Cleanup(func() { _ = st.Close() })
 			c, err := rules.Parse("r.yaml", []byte(rlsRules))
 			require.NoError(t, err)
-			srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 1, Burst: 1}, FailOpen: open,
-				StoreTimeout: 5 * time.Second, // a loaded machine must not fail the healthy call
-				Rules:        c, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv, err := service.New(service.Config{
+				Store:    st,
+				Default:  store.Policy{Rate: 1, Burst: 1},
+				FailOpen: open,
+				// Long enough that a loaded machine cannot fail the healthy
+				// call; a killed Redis refuses connections at once anyway.
+				StoreTimeout: 5 * time.Second,
+				Rules:        c,
+				Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
 			require.NoError(t, err)
 			f := &rlsFixture{rls: serveGRPC(t, srv)}
 			ts := httptest.NewServer(srv)
