@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -84,7 +85,9 @@ type Decision struct {
 }
 
 // ErrUnavailable is wrapped by errors from a service that cannot answer:
-// network errors, timeouts, 5xx replies.
+// network errors, timeouts, 5xx replies, and replies the client cannot use
+// (no decision, a denial without a positive retry_after_ms, a retry-after
+// beyond any policy, a status that contradicts the body).
 var ErrUnavailable = errors.New("client: rate-limit service unavailable")
 
 // ErrWaitPastDeadline is returned (wrapped together with
@@ -124,8 +127,9 @@ type Option func(*Client)
 // connections sized for concurrent callers).
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
-// WithTimeout bounds each request to the service (default 200 ms; 0 means
-// only ctx bounds it). A slow limiter must not make its caller slow.
+// WithTimeout bounds each request to the service (default DefaultTimeout;
+// 0 means only ctx bounds it). A slow limiter must not make its caller
+// slow.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithFailMode sets what an unavailable service means (default FailOpen).
@@ -142,7 +146,25 @@ func WithJitter(frac float64) Option { return func(c *Client) { c.jitter = max(0
 func WithoutDenyCache() Option { return func(c *Client) { c.cache = nil } }
 
 // DefaultTimeout is the per-request timeout when WithTimeout is not given.
-const DefaultTimeout = 200 * time.Millisecond
+// Why 500 ms: it must exceed the service's own store timeout (250 ms by
+// default), or a slow store shows up as client timeouts instead of the
+// service's answer per its -fail mode.
+const DefaultTimeout = 500 * time.Millisecond
+
+// Bounds on the waits Acquire makes between requests, whatever the service
+// says.
+const (
+	// MinRetryWait is the shortest wait: Acquire never asks about a key
+	// more often than this, so a service answering "retry after 0" cannot
+	// make it spin.
+	MinRetryWait = 5 * time.Millisecond
+	// MaxRetryWait is the longest single wait: after it, Acquire asks
+	// again (a longer retry-after is slept in slices, rechecked each time).
+	MaxRetryWait = time.Minute
+	// maxRetryAfter is the longest retry-after a valid reply carries: the
+	// service's policies refill within store.MaxTolerance (about 52 days).
+	maxRetryAfter = time.Duration(1 << 52)
+)
 
 // New returns a client of the service at baseURL ("http://HOST:PORT").
 func New(baseURL string, opts ...Option) (*Client, error) {
@@ -171,13 +193,37 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 type allowReply struct {
-	Allowed      bool    `json:"allowed"`
-	Remaining    float64 `json:"remaining"`
-	Limit        int64   `json:"limit"`
-	Rate         float64 `json:"rate"`
-	RetryAfterMS int64   `json:"retry_after_ms"`
-	Degraded     string  `json:"degraded"`
-	Error        string  `json:"error"`
+	Allowed      *bool    `json:"allowed"`
+	Remaining    float64  `json:"remaining"`
+	Limit        int64    `json:"limit"`
+	Rate         float64  `json:"rate"`
+	RetryAfterMS *float64 `json:"retry_after_ms"` // float: a huge value is an error, not an overflow
+	Degraded     string   `json:"degraded"`
+	Error        string   `json:"error"`
+}
+
+// decision checks a 200 or 429 reply and returns what it says, or why it
+// cannot be used.
+func (r *allowReply) decision(status int) (Decision, error) {
+	if r.Allowed == nil {
+		return Decision{}, errors.New(`no "allowed" field`)
+	}
+	d := Decision{Allowed: *r.Allowed, Remaining: r.Remaining, Limit: r.Limit, Rate: r.Rate, Degraded: r.Degraded}
+	if d.Allowed != (status == http.StatusOK) {
+		return Decision{}, fmt.Errorf(`status %d with "allowed":%v`, status, d.Allowed)
+	}
+	if d.Allowed {
+		return d, nil
+	}
+	if r.RetryAfterMS == nil {
+		return Decision{}, errors.New(`a denial without "retry_after_ms"`)
+	}
+	ms := *r.RetryAfterMS
+	if !(ms > 0) || ms*float64(time.Millisecond) > float64(maxRetryAfter) { // !(>) catches NaN
+		return Decision{}, fmt.Errorf(`"retry_after_ms":%v is not a usable wait`, ms)
+	}
+	d.RetryAfter = time.Duration(math.Ceil(ms * float64(time.Millisecond)))
+	return d, nil
 }
 
 // Allow asks whether n units of work on key may proceed now; it never waits
@@ -190,6 +236,9 @@ type allowReply struct {
 // ctx.Err() and a denial.
 func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, error) {
 	now := time.Now()
+	// Bad input goes to the service whatever the cache holds, so that it
+	// gets its *RequestError: n < 1 never matches a cached denial, and a
+	// cached denial never answers n above the burst it reported.
 	if d, ok := c.cache.get(key, n, now); ok {
 		return Decision{RetryAfter: d.until.Sub(now), Limit: d.limit, Rate: d.rate, Source: FromCache}, nil
 	}
@@ -229,14 +278,11 @@ func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, erro
 		if jerr != nil {
 			return c.failed(fmt.Errorf("bad reply %q: %v", truncate(body), jerr))
 		}
-		d := Decision{
-			Allowed: r.Allowed, Remaining: r.Remaining, Limit: r.Limit, Rate: r.Rate,
-			RetryAfter: time.Duration(r.RetryAfterMS) * time.Millisecond, Degraded: r.Degraded,
+		d, err := r.decision(resp.StatusCode)
+		if err != nil {
+			return c.failed(fmt.Errorf("unusable reply %q: %v", truncate(body), err))
 		}
-		if resp.StatusCode == http.StatusTooManyRequests && d.Allowed {
-			d.Allowed = false // the status is the decision
-		}
-		if !d.Allowed && d.RetryAfter > 0 && d.Degraded == "" {
+		if !d.Allowed && d.Degraded == "" {
 			c.cache.put(key, n, denial{until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
 		}
 		return d, nil
@@ -264,8 +310,10 @@ func truncate(b []byte) string {
 }
 
 // Acquire waits until n units of work on key may proceed, across the
-// network: after a denial it sleeps the service's retry-after (plus jitter)
-// and asks again. It returns nil when allowed, including by FailOpen when the
+// network: after a denial it sleeps the service's retry-after (plus jitter,
+// at least MinRetryWait, at most MaxRetryWait at a time) and asks again. A
+// reply it cannot use counts as the service being unavailable, so it never
+// spins on a broken server. It returns nil when allowed, including by FailOpen when the
 // service is unavailable. It returns at once, without sleeping:
 //   - ctx.Err() if ctx ends (mid-wait too);
 //   - an error wrapping ErrWaitPastDeadline and context.DeadlineExceeded when
@@ -284,15 +332,14 @@ func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
 		if d.Allowed {
 			return nil
 		}
-		wait := d.RetryAfter
-		if wait <= 0 {
-			wait = time.Millisecond
-		}
+		wait := min(max(d.RetryAfter, MinRetryWait), MaxRetryWait)
 		if c.jitter > 0 {
 			wait += time.Duration(rand.Float64() * c.jitter * float64(wait))
 		}
-		if dl, ok := ctx.Deadline(); ok && time.Now().Add(wait).After(dl) {
-			return fmt.Errorf("%w (need %v, %v left): %w", ErrWaitPastDeadline, wait.Round(time.Millisecond),
+		// A retry-after longer than one wait still has to pass in full.
+		need := max(wait, d.RetryAfter)
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(need).After(dl) {
+			return fmt.Errorf("%w (need %v, %v left): %w", ErrWaitPastDeadline, need.Round(time.Millisecond),
 				time.Until(dl).Round(time.Millisecond), context.DeadlineExceeded)
 		}
 		t := time.NewTimer(wait)
@@ -339,7 +386,7 @@ func (dc *denyCache) get(key string, n int64, now time.Time) (denial, bool) {
 		delete(dc.m, key)
 		return denial{}, false
 	}
-	return d, n >= d.n
+	return d, n >= d.n && (d.limit <= 0 || n <= d.limit)
 }
 
 func (dc *denyCache) put(key string, n int64, d denial) {

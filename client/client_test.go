@@ -263,3 +263,104 @@ func TestLoopback(t *testing.T) {
 	assert.False(t, d.Allowed)
 	assert.InDelta(t, time.Second, d.RetryAfter, float64(20*time.Millisecond))
 }
+
+// replying answers every request with one status and body, counting calls.
+func replying(status int, body string) *inProcess {
+	return &inProcess{h: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	})}
+}
+
+// A reply the client cannot use is the service being unavailable: Allow
+// returns the fail mode's decision with ErrUnavailable, and Acquire asks
+// once instead of spinning.
+func TestUnusableRepliesAreUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"retry after 0", `{"allowed":false,"remaining":0,"limit":1,"rate":1,"retry_after_ms":0}`, 429},
+		{"negative retry after", `{"allowed":false,"retry_after_ms":-5}`, 429},
+		{"retry after overflows a Duration", `{"allowed":false,"retry_after_ms":9223372036854775807}`, 429},
+		{"no retry after", `{"allowed":false}`, 429},
+		{"empty object", `{}`, 200},
+		{"200 that denies", `{"allowed":false,"retry_after_ms":100}`, 200},
+		{"429 that allows", `{"allowed":true}`, 429},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
+					rt := replying(c.status, c.body)
+					cl := newClient(t, rt, client.WithFailMode(mode))
+					d, err := cl.Allow(context.Background(), "k", 1)
+					require.ErrorIs(t, err, client.ErrUnavailable)
+					assert.Equal(t, client.FromFailMode, d.Source)
+					assert.Equal(t, mode == client.FailOpen, d.Allowed)
+
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					err = cl.Acquire(ctx, "k", 1)
+					cancel()
+					if mode == client.FailOpen {
+						require.NoError(t, err)
+					} else {
+						require.ErrorIs(t, err, client.ErrUnavailable)
+					}
+					assert.EqualValues(t, 2, rt.calls.Load(), "%v: one request per call, no spinning", mode)
+				}
+			})
+		})
+	}
+}
+
+// Every wait is clamped: a tiny retry-after is waited at least
+// MinRetryWait, a long one is slept in MaxRetryWait slices.
+func TestAcquireClampsWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := replying(429, `{"allowed":false,"retry_after_ms":0.001}`)
+		c := newClient(t, rt)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		require.ErrorIs(t, c.Acquire(ctx, "k", 1), context.DeadlineExceeded)
+		assert.LessOrEqual(t, rt.calls.Load(), int64(time.Second/client.MinRetryWait)+1)
+		assert.Greater(t, rt.calls.Load(), int64(100), "the floor, not more")
+
+		tenDays := replying(429, `{"allowed":false,"retry_after_ms":864000000}`)
+		c = newClient(t, tenDays, client.WithoutDenyCache()) // the cache would answer the re-asks
+		ctx, cancel = context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- c.Acquire(ctx, "k", 1) }()
+		time.Sleep(5*time.Minute + time.Second)
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		assert.InDelta(t, 5, tenDays.calls.Load(), 1, "asked about once a minute")
+
+		short, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		require.ErrorIs(t, c.Acquire(short, "k", 1), client.ErrWaitPastDeadline, "ten days do not fit in an hour")
+		assert.Zero(t, time.Since(start))
+	})
+}
+
+// n above the burst is a *RequestError even while the key is cached as
+// denied.
+func TestBadInputIsReportedWhateverTheCacheHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, &inProcess{h: newService(t, "k=10:2")})
+		ctx := context.Background()
+		for range 3 {
+			_, _ = c.Allow(ctx, "k", 1)
+		}
+		d, err := c.Allow(ctx, "k", 2)
+		require.NoError(t, err)
+		require.Equal(t, client.FromCache, d.Source, "the key is cached as denied")
+		var re *client.RequestError
+		_, err = c.Allow(ctx, "k", 3)
+		require.ErrorAs(t, err, &re, "3 is above the burst of 2")
+		assert.Contains(t, re.Message, "can never be allowed")
+		_, err = c.Allow(ctx, "k", 0)
+		require.ErrorAs(t, err, &re)
+	})
+}

@@ -42,24 +42,35 @@ func Example() {
 	// err: <nil>
 }
 
-// Giving up on a wait you no longer need: a context timeout ends the wait at
-// its deadline, and the caller holds no token. Whatever the wait had
-// collected goes back to the limiter.
+// Giving up on a wait you no longer need: a wait that cannot end before its
+// context's deadline fails at once, with an error matching
+// context.DeadlineExceeded (as x/time/rate's Wait); one that could, but is
+// overtaken by its deadline, ends at the deadline. Either way the caller
+// holds no token, and whatever the wait had collected goes back.
 func Example_timeout() {
 	_ = sched.Run(context.Background(), func(ctx context.Context) error {
 		limiter, _ := ratelimiter.New(ctx, 1, 1)
-		_ = limiter.Acquire(ctx, 1) // spend the one token: the next waits a second
+		_ = limiter.Acquire(ctx, 1) // spend the one token: the next comes at +1s
+		since := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
 
 		wctx, cancel := sched.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
 		err := limiter.Acquire(wctx, 1)
-		if errors.Is(err, context.DeadlineExceeded) {
-			fmt.Printf("gave up at +%v, waiters left: %d\n", sched.Now(ctx).Sub(vclock.Epoch), limiter.Waiters())
-		}
+		fmt.Printf("deadline +200ms: %v at +%v\n", errors.Is(err, context.DeadlineExceeded), since())
+
+		// A waiter ahead holds the next token; ours could come at +1s only
+		// if it gave up, so we wait, and our deadline ends the wait.
+		sched.Go(ctx, func(ctx context.Context) error { return limiter.Acquire(ctx, 1) })
+		sched.Yield(ctx)
+		wctx2, cancel2 := sched.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel2()
+		err = limiter.Acquire(wctx2, 1)
+		fmt.Printf("deadline +1.5s: %v at +%v, waiters left: %d\n", errors.Is(err, context.DeadlineExceeded), since(), limiter.Waiters())
 		return nil
 	}, sched.Virtual(time.Time{}))
 	// Output:
-	// gave up at +200ms, waiters left: 0
+	// deadline +200ms: true at +0s
+	// deadline +1.5s: true at +1.5s, waiters left: 0
 }
 
 // A batch larger than the burst: Acquire(50) on a burst of 10 at 100/s takes

@@ -135,18 +135,25 @@ func TestBatchBeyondBurst(t *testing.T) {
 	})
 }
 
-// TestTimeoutHandsTokensBack: a waiter that times out returns the ctx's
-// error at its exact deadline and hands every token it had collected to the
+// TestTimeoutHandsTokensBack: a waiter cancelled mid-wait returns the ctx's
+// error at that exact instant and hands every token it had collected to the
 // next waiter; with nobody behind it, to the bucket.
 func TestTimeoutHandsTokensBack(t *testing.T) {
 	ms := time.Millisecond
+	// cancelAt returns a ctx that a fiber of its own cancels at +d.
+	cancelAt := func(ctx context.Context, d time.Duration) context.Context {
+		cctx, cancel := context.WithCancel(ctx)
+		sched.Go(ctx, func(ctx context.Context) error {
+			defer cancel()
+			return sched.Sleep(ctx, d)
+		})
+		return cctx
+	}
 	run(t, func(ctx context.Context) error {
 		l := newLimiter(t, ctx, 10, 5)
 		require.NoError(t, l.Acquire(ctx, 5)) // empty at 0
 		a := sched.Go(ctx, func(ctx context.Context) error {
-			ctx, cancel := sched.WithTimeout(ctx, 250*ms)
-			defer cancel()
-			err := l.Acquire(ctx, 5) // collects tokens at 100 and 200ms
+			err := l.Acquire(cancelAt(ctx, 250*ms), 5) // collects tokens at 100 and 200ms
 			assert.Equal(t, 250*ms, since(ctx))
 			return err
 		})
@@ -156,7 +163,7 @@ func TestTimeoutHandsTokensBack(t *testing.T) {
 			bAt = since(ctx)
 			return err
 		})
-		assert.ErrorIs(t, a.Wait(ctx), context.DeadlineExceeded)
+		assert.ErrorIs(t, a.Wait(ctx), context.Canceled)
 		require.NoError(t, b.Wait(ctx))
 		assert.Equal(t, 300*ms, bAt)
 		return nil
@@ -164,9 +171,7 @@ func TestTimeoutHandsTokensBack(t *testing.T) {
 	run(t, func(ctx context.Context) error {
 		l := newLimiter(t, ctx, 10, 5)
 		require.NoError(t, l.Acquire(ctx, 5))
-		tctx, cancel := sched.WithTimeout(ctx, 250*ms)
-		defer cancel()
-		assert.ErrorIs(t, l.Acquire(tctx, 5), context.DeadlineExceeded)
+		assert.ErrorIs(t, l.Acquire(cancelAt(ctx, 250*ms), 5), context.Canceled)
 		assert.Equal(t, 250*ms, since(ctx))
 		// The 2 collected tokens are back in the bucket, plus half a token
 		// accrued since 200ms.
@@ -174,6 +179,29 @@ func TestTimeoutHandsTokensBack(t *testing.T) {
 		assert.Equal(t, 0, l.Waiters())
 		require.NoError(t, l.Acquire(ctx, 2))
 		assert.Equal(t, 250*ms, since(ctx), "the two tokens were not lost")
+		return nil
+	})
+}
+
+// TestDeadlineFailsAtOnce: a wait that cannot end before ctx's deadline even
+// if every waiter ahead gave up fails at once with an error matching
+// context.DeadlineExceeded, taking nothing; one that could waits.
+func TestDeadlineFailsAtOnce(t *testing.T) {
+	ms := time.Millisecond
+	run(t, func(ctx context.Context) error {
+		l := newLimiter(t, ctx, 10, 5)
+		require.NoError(t, l.Acquire(ctx, 3))          // 2 left: 3 more take 300ms
+		tctx, cancel := sched.WithTimeout(ctx, 300*ms) // at the deadline is too late
+		defer cancel()
+		err := l.Acquire(tctx, 5)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Contains(t, err.Error(), "n=5")
+		assert.Equal(t, time.Duration(0), since(ctx))
+		assert.Equal(t, 2.0, l.Tokens(), "took nothing")
+		tctx2, cancel2 := sched.WithTimeout(ctx, 301*ms)
+		defer cancel2()
+		require.NoError(t, l.Acquire(tctx2, 5))
+		assert.Equal(t, 300*ms, since(ctx))
 		return nil
 	})
 }
@@ -199,11 +227,13 @@ func TestCancelledMiddleWaiter(t *testing.T) {
 			})
 		}
 		start("a", 2, 0)
-		m := start("m", 1, 50*ms)
+		// m's token could come at 100ms if a gave up, so m waits (no
+		// early failure) until its deadline.
+		m := start("m", 1, 150*ms)
 		start("c", 1, 0)
 		assert.ErrorIs(t, m.Wait(ctx), context.DeadlineExceeded)
 		require.NoError(t, sched.Sleep(ctx, time.Second))
-		assert.Equal(t, []string{"m@50ms", "a@200ms", "c@300ms"}, order)
+		assert.Equal(t, []string{"m@150ms", "a@200ms", "c@300ms"}, order)
 		return nil
 	})
 }
@@ -295,12 +325,18 @@ func TestInvalidArguments(t *testing.T) {
 	assert.Error(t, err)
 
 	l := newLimiter(t, ctx, 1, 1)
-	for _, n := range []int{0, -1} {
+	for _, n := range []int{-1, -7} {
 		err := l.Acquire(ctx, n)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "n="+formatInt(n))
 		assert.False(t, l.TryAcquire(n))
 	}
+	assert.False(t, l.TryAcquire(0))
+	// Acquire(ctx, 0) returns nil at once, ctx.Err() when ctx is done.
+	require.NoError(t, l.Acquire(ctx, 0))
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, l.Acquire(done, 0), context.Canceled)
 	assert.Equal(t, 1.0, l.Tokens(), "invalid calls took nothing")
 	assert.Equal(t, 1.0, l.Rate())
 	assert.Equal(t, 1, l.Burst())
@@ -312,19 +348,6 @@ func TestDoneContextWinsOverFreeTokens(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, l.Acquire(ctx, 1), context.Canceled)
 	assert.Equal(t, 1.0, l.Tokens())
-}
-
-// TestNewContextEndStops: the end of New's context stops the limiter.
-func TestNewContextEndStops(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := newLimiter(t, ctx, 1, 1)
-	require.True(t, l.TryAcquire(1))
-	errc := make(chan error, 1)
-	go func() { errc <- l.Acquire(context.Background(), 1) }()
-	cancel()
-	assert.ErrorIs(t, <-errc, ratelimiter.ErrStopped)
-	assert.False(t, l.Running())
-	assert.False(t, l.Stop(), "already stopped by the context")
 }
 
 // TestVirtualHour: one virtual hour at 7.3/s, burst 3, with 50 fibers

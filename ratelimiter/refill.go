@@ -1,24 +1,29 @@
 package ratelimiter
 
 import (
-	"context"
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/ticker"
 )
 
-// The refill. Tokens accrue from base at rate per second: by time now,
-// accrued(now) = floor((now−base)·rate) whole tokens, of which credited have
-// been handed out already. Crediting is lazy: every call (and the refill
+// The refill: bucket, the semaphore.Queue Source of a Limiter. Tokens accrue
+// from base at rate per second: by time now, accrued(now) =
+// floor((now−base)·rate) whole tokens, of which credited have been given to
+// the queue already. Crediting is lazy: every decision (and the refill
 // timer) first credits the whole tokens accrued since the last credit, so
 // the fraction carries over by itself and no state ticks while nobody looks.
-// Whenever the bucket is full and nobody waits, base moves to now: a full
-// bucket gains nothing, so idle time is never banked beyond Burst.
+// While someone waits, credit flows to the queue uncapped, so the head can
+// collect n > Burst; when nobody waits the queue keeps at most Burst, and a
+// full bucket moves base to now: idle time is never banked beyond Burst.
 //
 // Why not one timer tick per token (the reference's ticker fiber): a timer
 // per token costs a wake-up per token even when nobody waits, and keeps a
-// run alive. Here the timer is armed only while someone waits, for the exact
-// instant the next whole token accrues, base + due(credited+1).
+// run alive. Here the ticker's Alarm is armed only while someone waits, for
+// the exact instant the head's last missing token accrues,
+// base + due(credited + need): one wake per grant.
 
 // Tokens accrue in exact integer arithmetic: the rate is held in
 // nanotokens per second (rate·1e9, so 7.3/s is exactly 7_300_000_000), and
@@ -28,13 +33,25 @@ import (
 // rounding to drift or to disagree between "is it due" and "when is it due".
 const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per token
 
+// bucket is a Limiter's token source. Its state is guarded by the queue's
+// lock (every Source method runs under it).
+type bucket struct {
+	clock    sched.Clock
+	alarm    *ticker.Alarm
+	rate     float64   // tokens per second, as given
+	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
+	burst    int64     // the most the bucket keeps while nobody waits
+	base     time.Time // accrual origin: tokens accrue from here
+	credited int64     // whole tokens credited since base
+}
+
 // accrued returns the whole tokens accrued d after base, and the fraction of
-// the next one in units of 1/nanoScale. l.mu is held.
-func (l *Limiter) accrued(d time.Duration) (whole int64, frac uint64) {
+// the next one in units of 1/nanoScale.
+func (b *bucket) accrued(d time.Duration) (whole int64, frac uint64) {
 	if d <= 0 {
 		return 0, 0
 	}
-	hi, lo := bits.Mul64(uint64(d), l.nanoRate)
+	hi, lo := bits.Mul64(uint64(d), b.nanoRate)
 	// hi < nanoScale always: d < 2^63 and nanoRate ≤ 1e18 (rate ≤ 1e9/s).
 	q, r := bits.Div64(hi, lo, nanoScale)
 	if q > math.MaxInt64/2 {
@@ -44,13 +61,13 @@ func (l *Limiter) accrued(d time.Duration) (whole int64, frac uint64) {
 }
 
 // due returns the offset from base at which k whole tokens have accrued, or
-// neverDelay when that is beyond any timer. l.mu is held.
-func (l *Limiter) due(k int64) time.Duration {
+// neverDelay when that is beyond any timer.
+func (b *bucket) due(k int64) time.Duration {
 	hi, lo := bits.Mul64(uint64(k), nanoScale)
-	if hi >= l.nanoRate {
+	if hi >= b.nanoRate {
 		return neverDelay
 	}
-	q, r := bits.Div64(hi, lo, l.nanoRate)
+	q, r := bits.Div64(hi, lo, b.nanoRate)
 	if r != 0 {
 		q++
 	}
@@ -60,176 +77,87 @@ func (l *Limiter) due(k int64) time.Duration {
 	return time.Duration(q)
 }
 
-// credit hands out every whole token accrued by now: to the head of the
-// queue first, then into the bucket up to Burst. l.mu is held.
-func (l *Limiter) credit(now time.Time) {
-	if l.queue.Len() == 0 && l.tokens >= l.burst {
-		l.base, l.credited = now, 0
-		return
+func (b *bucket) Now() time.Time { return b.clock.Now() }
+
+// Fill credits the whole tokens accrued by now. A reading of now older than
+// base (another caller read the clock later and got the lock first) credits
+// nothing and never moves base back.
+func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
+	if !waiting && avail >= b.burst {
+		b.restart(now) // full: nothing accrues, fraction included
+		return b.burst
 	}
-	whole, _ := l.accrued(now.Sub(l.base))
-	k := whole - l.credited
-	if k <= 0 {
-		return
+	whole, _ := b.accrued(now.Sub(b.base))
+	if k := whole - b.credited; k > 0 {
+		b.credited = whole
+		avail += k
 	}
-	l.credited = whole
-	l.give(k, now)
+	if !waiting && avail >= b.burst {
+		b.restart(now)
+		return b.burst
+	}
+	return avail
 }
 
-// give hands k tokens to the waiters from the head, in order, and the rest
-// to the bucket, which keeps at most Burst. l.mu is held.
-func (l *Limiter) give(k int64, now time.Time) {
-	for k > 0 && l.queue.Front() != nil {
-		wt := l.queue.Front()
-		take := min(wt.n-wt.got, k)
-		wt.got += take
-		k -= take
-		if wt.got < wt.n {
-			break // k is 0: the head still waits for more
-		}
-		l.queue.Remove(wt)
-		wt.granted = true
-		if !wt.w.Wake() {
-			// Its cancellation won the race; its OnCancel will find it out
-			// of the queue. The tokens were never handed over: pass them on.
-			wt.granted = false
-			k += wt.got
-			wt.got = 0
-		}
-	}
-	if k > 0 {
-		l.tokens = min(l.tokens+min(k, l.burst), l.burst)
-	}
-	if l.queue.Len() == 0 && l.tokens >= l.burst {
-		// Full: nothing accrues from now on, fraction included.
-		l.base, l.credited = now, 0
+// restart moves the accrual origin to now, if now is later.
+func (b *bucket) restart(now time.Time) {
+	if now.After(b.base) {
+		b.base, b.credited = now, 0
 	}
 }
 
-// arm makes sure the refill timer fires when the next whole token accrues,
-// if anyone waits for it, and disarms it otherwise. l.mu is held.
-func (l *Limiter) arm(now time.Time) {
-	if l.stopped || l.queue.Len() == 0 {
-		if l.armed {
-			l.timer.Stop()
-			l.armed = false
-		}
+// Demand arms the alarm for the instant the head's need has accrued.
+func (b *bucket) Demand(now time.Time, need int64) {
+	if need <= 0 {
+		b.alarm.Clear()
 		return
 	}
-	l.armAt(now, l.base.Add(l.due(l.credited+1)))
+	b.alarm.Set(now, b.base.Add(b.due(b.credited+need)))
 }
 
-// armAt arms the refill timer for at (at least 1 ns from now). l.mu is held.
-func (l *Limiter) armAt(now, at time.Time) {
-	if l.armed && l.timerAt.Equal(at) {
-		return
+func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
+	if avail >= n {
+		return 0
 	}
-	d := max(at.Sub(now), 1)
-	if l.timer == nil {
-		l.timer = l.clock.AfterFunc(d, l.onTimer)
-	} else {
-		// A callback of an earlier arming may still be on its way (a real
-		// timer firing as we reset it); it is harmless, since crediting is
-		// computed from the clock and re-arms as needed.
-		l.timer.Reset(d)
-	}
-	l.armed, l.timerAt = true, at
+	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
 }
 
-// onTimer is the refill: it credits what has accrued, wakes whoever that
-// satisfies, and re-arms while anyone still waits. It runs on the clock's
-// timer goroutine (the loop's goroutine under a virtual clock).
-func (l *Limiter) onTimer() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.armed = false
-	if l.stopped {
-		return
+func (b *bucket) Take(int64) int64         { return 0 }
+func (b *bucket) Return(n, _ int64) int64  { return n }
+func (b *bucket) check(int) error          { return nil }
+func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b.burst }
+
+// setRate changes the rate at now, keeping the fraction of a token accrued
+// at the old rate: base moves so that the same fraction has accrued at the
+// new one. Tokens accrued by now have been credited (Do fills first).
+func (b *bucket) setRate(now time.Time, rate float64) error {
+	nr := uint64(math.Round(rate * 1e9))
+	if now.After(b.base) {
+		_, frac := b.accrued(now.Sub(b.base))
+		// frac/nanoScale of a token takes frac/nanoRate' ns at the new rate.
+		back := time.Duration(frac / nr)
+		b.base, b.credited = now.Add(-back), 0
 	}
-	now := l.now()
-	if l.bucket != nil {
-		l.serveShared()
-		return
-	}
-	l.credit(now)
-	l.arm(now)
+	b.rate, b.nanoRate = rate, nr
+	return nil
 }
 
-// cancel is every waiter's OnCancel: it runs when the caller's context wins
-// over a grant, before the caller resumes. It takes the waiter out of the
-// queue and hands back every token it had collected, next waiter first.
-func (wt *waiter) cancel() {
-	l := wt.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wasHead := l.queue.Front() == wt
-	if wt.Queued() {
-		l.queue.Remove(wt)
-	}
-	if l.stopped {
-		return
-	}
-	if l.bucket != nil {
-		if wasHead {
-			l.serveShared() // the next in line tries at once
-		}
-		return
-	}
-	now := l.now()
-	l.credit(now)
-	got := wt.got
-	wt.got = 0
-	l.give(got, now)
-	l.arm(now)
+func (b *bucket) setBurst(_ time.Time, burst int64) error {
+	b.burst = burst
+	return nil
 }
 
-// wait parks on wt. When a run loop stops the parked fiber instead of
-// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
-// panic in another fiber, a daemon that ignored its cancellation), a wait
-// still pending ends through OnCancel, but a grant made just before the
-// stop was never seen by the caller; abandon takes the waiter out of the
-// queue if it is still there and gives such a grant back, so nothing is lost.
-func (l *Limiter) wait(ctx context.Context, wt *waiter) error {
-	returned := false
-	defer func() {
-		if !returned {
-			l.abandon(wt)
-		}
-	}()
-	err := wt.w.Wait(ctx)
-	returned = true
-	return err
-}
-
-// abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
-// reused.
-func (l *Limiter) abandon(wt *waiter) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wasHead := l.queue.Front() == wt
-	var back int64
-	switch {
-	case wt.Queued():
-		l.queue.Remove(wt)
-		back = wt.got
-	case wt.granted:
-		back = wt.n
+// tokens returns the tokens in the bucket with the fraction of the next one
+// accrued so far, in [0, Burst]; 0 while anyone waits (what accrues is the
+// head's).
+func (b *bucket) tokens(now time.Time, avail int64, waiting bool) float64 {
+	if waiting {
+		return 0
 	}
-	wt.got = 0
-	if l.stopped {
-		return
+	t := float64(avail)
+	if avail < b.burst && now.After(b.base) {
+		_, frac := b.accrued(now.Sub(b.base))
+		t += float64(frac) / nanoScale
 	}
-	if l.bucket != nil {
-		// Shared waiters collect nothing while queued; a grant was
-		// already spent in the table, so it stays with this process.
-		l.prepaid += back
-		if wasHead {
-			l.serveShared()
-		}
-		return
-	}
-	now := l.now()
-	l.credit(now)
-	l.give(back, now)
-	l.arm(now)
+	return min(t, float64(b.burst))
 }

@@ -180,4 +180,17 @@ func TestSharedInvalid(t *testing.T) {
 	defer table.Close()
 	_, err = ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, ""))
 	assert.Error(t, err)
+
+	// The table's policy is the limit: a Shared limiter's rate and burst
+	// cannot be changed on their own.
+	l, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, "k"))
+	require.NoError(t, err)
+	err = l.SetRate(10)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SetRate(10)")
+	err = l.SetBurst(3)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "SetBurst(3)")
+	assert.Equal(t, 50.0, l.Rate())
+	assert.Equal(t, 5, l.Burst())
 }

@@ -51,8 +51,9 @@ func Go(ctx context.Context, fn func(ctx context.Context) error) *Fiber {
 // Daemon is Go for a fiber that never keeps a run open: when only daemons
 // remain, Run cancels their contexts, lets them finish, and returns. A
 // daemon that parks again after its cancellation is stopped (its deferred
-// calls run). Limiter refills and tickers run as daemons, so a forgotten
-// Stop cannot hang a program.
+// calls run). Use it for background work that should live only as long as
+// the program's real work (a poller, a metrics flusher). Limiters and
+// tickers need no daemon: they arm a timer only while someone waits.
 func Daemon(ctx context.Context, fn func(ctx context.Context) error) *Fiber {
 	return spawn(ctx, fn, true, "sched.Daemon")
 }

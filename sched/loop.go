@@ -25,6 +25,7 @@ type loop struct {
 	// fiber it is running, which never overlap.
 	runq             fiberQueue
 	current          *Fiber
+	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
 	nextID           uint64
 	liveHead         *Fiber // every fiber not yet ended
 	live, nonDaemon  int
@@ -36,6 +37,7 @@ type loop struct {
 	failed           []*Fiber
 	idle             []*worker // coroutines free for the next fiber
 	ended            atomic.Bool
+	afterRun         *loopCtx // cancelled when the run ends; see AfterRun
 
 	mu       sync.Mutex // guards the fields below, shared with other goroutines
 	inbox    []*Fiber   // fibers woken from anywhere, in wake order
@@ -49,6 +51,7 @@ type loop struct {
 
 func newLoop(cfg config) *loop {
 	l := &loop{notify: make(chan struct{}, 1)}
+	l.afterRun = newLoopCtx(context.Background(), l)
 	switch {
 	case cfg.virtual != nil:
 		l.virtual = cfg.virtual
@@ -224,9 +227,9 @@ func (l *loop) resume(f *Fiber) {
 		}
 		f.w.f = f
 	}
-	l.current = f
+	l.setCurrent(f)
 	_, ok := f.w.next()
-	l.current = nil
+	l.setCurrent(nil)
 	if !ok || f.finished {
 		w := f.w
 		f.w = nil
@@ -332,9 +335,9 @@ func (l *loop) deadlock() *DeadlockError {
 		if f.w == nil {
 			continue // runnable but never started: cannot be, when idle
 		}
-		l.current = f
+		l.setCurrent(f)
 		f.w.next()
-		l.current = nil
+		l.setCurrent(nil)
 	}
 	l.probing = false
 	for _, f := range parked {
@@ -354,14 +357,14 @@ func (l *loop) deadlock() *DeadlockError {
 // runs when a fiber's runtime.Goexit unwinds the goroutine of Run.
 func (l *loop) shutdown(root *loopCtx) {
 	l.ended.Store(true)
-	l.current = nil
+	l.setCurrent(nil)
 	root.cancel(context.Canceled, nil)
 	for l.liveHead != nil {
 		f := l.liveHead
 		if w := f.w; w != nil {
-			l.current = f
+			l.setCurrent(f)
 			w.stop() // a parked fiber unwinds from park with errKilled
-			l.current = nil
+			l.setCurrent(nil)
 			f.w = nil
 		}
 		l.end(f)
@@ -371,6 +374,13 @@ func (l *loop) shutdown(root *loopCtx) {
 	}
 	l.idle = nil
 	l.runq = fiberQueue{}
+	l.afterRun.cancel(context.Canceled, nil) // AfterRun callbacks: the run has ended
+}
+
+// setCurrent records the fiber the loop runs (nil: none).
+func (l *loop) setCurrent(f *Fiber) {
+	l.current = f
+	l.running.Store(f)
 }
 
 // callerSite returns file:line of the first caller outside this module's
@@ -395,12 +405,14 @@ func callerSite() string {
 	}
 }
 
-// libraryDirs are the packages whose frames a deadlock report looks past.
-var libraryDirs = []string{"sched", "semaphore", "ticker", "ratelimiter", "sharedbucket", "vclock"}
-
-var moduleRoot = func() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+// modulePath is this module's import path, read from this function's own
+// symbol: a deadlock report looks past every frame of the module's library
+// packages (any package of the module, outside its tests), so a new package
+// needs no list to be kept up to date.
+var modulePath = func() string {
+	pc, _, _, _ := runtime.Caller(0)
+	name := runtime.FuncForPC(pc).Name() // "<module>/sched.init.func1"
+	return name[:strings.LastIndex(name, "/")]
 }()
 
 func isLibraryFrame(fr runtime.Frame) bool {
@@ -410,12 +422,8 @@ func isLibraryFrame(fr runtime.Frame) bool {
 	if strings.HasSuffix(fr.File, "_test.go") {
 		return false
 	}
-	for _, d := range libraryDirs {
-		if strings.HasPrefix(fr.File, moduleRoot+"/"+d+"/") {
-			return true
-		}
-	}
-	return false
+	// A program's own functions are named main.*, never by module path.
+	return strings.HasPrefix(fr.Function, modulePath+"/")
 }
 
 // fiberQueue is a FIFO ring of fibers.

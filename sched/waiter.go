@@ -52,7 +52,7 @@ type Waiter struct {
 	// Bound by Prepare.
 	l  *loop
 	f  *Fiber
-	ch chan struct{} // goroutine mode: one send per Wake, reused
+	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
 
 	// Registration with a loop context, guarded by that context's mu.
 	ctx              *loopCtx
@@ -67,22 +67,30 @@ type waiterGen struct {
 // Prepare binds w to the caller that will Wait on ctx (the current fiber
 // when ctx belongs to a loop, else the calling goroutine) and readies it for
 // one wait. Call it before publishing w to any waker.
+//
+// Outside a loop every Prepare makes a new channel for the wait (one small
+// allocation), never reusing the last one: a Waiter pooled across
+// testing/synctest bubbles must not carry a channel made in one bubble into
+// another or out of it. Inside a loop a wait allocates nothing.
+//
+// It panics when ctx belongs to a loop but the loop runs no fiber: the
+// loop's context used from a goroutine of its own (see the package doc).
 func (w *Waiter) Prepare(ctx context.Context) {
 	// A new generation: late cancellations of the previous use fail.
 	s := w.state.Load()
 	w.state.Store((s &^ stateMask) + genStep)
-	w.l, w.f = nil, nil
+	w.l, w.f, w.ch = nil, nil, nil
 	if l := nearestLoop(ctx); l != nil {
-		f := l.current
+		// running, not current: this may be a goroutine off the loop, and
+		// the check must not race with the loop switching fibers.
+		f := l.running.Load()
 		if f == nil {
 			panic("sched: a loop's context used to wait outside the loop's fibers")
 		}
 		w.l, w.f = l, f
 		return
 	}
-	if w.ch == nil {
-		w.ch = make(chan struct{}, 1)
-	}
+	w.ch = make(chan struct{}, 1)
 }
 
 func (w *Waiter) gen() uint64 { return w.state.Load() &^ stateMask }

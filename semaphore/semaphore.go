@@ -1,21 +1,32 @@
 // Package semaphore provides a weighted semaphore with strict FIFO order and
 // direct hand-off, usable from sched fibers and plain goroutines alike.
 //
-// Acquire takes a context.Context first. Inside a sched.Run loop it parks the
-// calling fiber (other fibers run meanwhile, and a timeout on the loop's
-// clock, virtual or real, ends the wait at its exact instant); outside any
-// loop it blocks the calling goroutine. The two kinds of caller may share one
-// Semaphore.
+// Acquire takes a context.Context first, and the context chooses how the
+// caller waits and which clock ends the wait:
+//   - inside a sched.Run loop it parks the calling fiber (other fibers run
+//     meanwhile) and a timeout on the loop's clock, virtual or real, ends the
+//     wait at its exact instant;
+//   - outside any loop it blocks the calling goroutine, and the ctx's own
+//     deadline (real time) ends it;
+//   - inside a testing/synctest bubble that is the bubble's fake time: a
+//     Semaphore works in any number of bubbles, and before and after them.
+//
+// A Semaphore has no clock of its own (nothing to set with a clock.Mock):
+// time enters only through ctx.
+//
+// The two kinds of caller may share one Semaphore. A ctx that is done
+// before Acquire returns always wins: Acquire returns ctx.Err() holding
+// nothing, and the permits pass on.
+//
+// Queue, the Semaphore without its fixed size, is the parking core that
+// ticker and ratelimiter are built on.
 package semaphore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
-
-	"github.com/sluice-go/sluice/internal/waitq"
-	"github.com/sluice-go/sluice/sched"
+	"time"
 )
 
 var (
@@ -38,31 +49,8 @@ var (
 // zero value is not usable: call New.
 type Semaphore struct {
 	size int64
-
-	mu     sync.Mutex                   // guards the fields below
-	avail  int64                        // free permits; size − avail are held
-	queue  waitq.Queue[waiter, *waiter] // FIFO of parked callers
-	closed error                        // set once by Close; nil while open
+	q    Queue // its units are the free permits; no Source
 }
-
-// A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
-// is reusable once Wait has returned, and OnCancel is bound once per node, so
-// a parked Acquire allocates nothing in steady state.
-type waiter struct {
-	waitq.Links[waiter] // in the queue; guarded by the owner's mu
-	w                   sched.Waiter
-	s                   *Semaphore
-	n                   int64
-	err                 error // set by Close before Wake: the error Acquire returns
-	granted             bool  // woken with its n permits; guarded by s.mu
-}
-
-var waiterPool = sync.Pool{New: func() any {
-	wt := &waiter{}
-	wt.w.Reason = "semaphore.Acquire"
-	wt.w.OnCancel = wt.cancel
-	return wt
-}}
 
 // New returns a semaphore of size n with all n permits free. It panics if n
 // is negative.
@@ -70,112 +58,50 @@ func New(n int64) *Semaphore {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: New(%d): negative size", n))
 	}
-	return &Semaphore{size: n, avail: n}
+	s := &Semaphore{size: n}
+	s.q.init("semaphore.Acquire", n, nil)
+	return s
 }
 
 // Acquire takes n permits, blocking (inside a loop: parking the fiber) until
 // they are free and every earlier waiter has been served. It returns nil
 // holding all n, or an error holding none:
-//   - ctx.Err() when ctx ends first (a ctx already done fails at once, even
-//     if the permits are free);
+//   - ctx.Err() when ctx is done before Acquire returns (a ctx already done
+//     fails at once, even if the permits are free);
 //   - the Close error once the semaphore is closed;
 //   - an error wrapping ErrExceedsSize, at once, when n exceeds the size.
 //
-// When a grant and a cancellation race, exactly one wins: either Acquire
-// returns nil and the caller holds n, or it returns ctx.Err() and the
-// permits went to the next waiter. Acquire(ctx, 0) returns nil at once unless
-// ctx is done or the semaphore is closed. It panics if n is negative.
+// When a grant and a cancellation race, the cancellation wins if ctx was
+// done before Acquire returned: Acquire returns ctx.Err() and the permits
+// go to the next waiter. Acquire(ctx, 0) returns nil at once unless ctx is
+// done or the semaphore is closed. It panics if n is negative.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: Acquire with negative n=%d", n))
 	}
-	// A done context wins even when permits are free: the caller may have
-	// stopped caring, and a select between "acquired" and "cancelled" must
-	// not depend on timing.
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	if ok, err := s.tryLocked(n); ok || err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	s.mu.Unlock()
-
-	// Slow path: bind a pooled waiter to the caller before publishing it,
-	// then look again, since the state may have changed meanwhile.
-	wt := waiterPool.Get().(*waiter)
-	wt.s, wt.n, wt.err, wt.granted = s, n, nil, false
-	wt.w.N = n
-	wt.w.Prepare(ctx)
-	s.mu.Lock()
-	if ok, err := s.tryLocked(n); ok || err != nil {
-		s.mu.Unlock()
-		wt.s = nil
-		waiterPool.Put(wt)
-		return err
-	}
-	s.queue.Push(wt)
-	s.mu.Unlock()
-
-	err := s.wait(ctx, wt)
-	if err == nil {
-		err = wt.err // nil for a grant, the Close error otherwise
-	}
-	wt.s, wt.err = nil, nil
-	waiterPool.Put(wt)
-	return err
-}
-
-// wait parks on wt. When a run loop stops the parked fiber instead of
-// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
-// panic in another fiber, a daemon that ignored its cancellation), a wait
-// still pending ends through OnCancel, but a grant made just before the
-// stop was never seen by the caller; abandon takes the waiter out of the
-// queue if it is still there and gives such a grant back, so nothing is lost.
-func (s *Semaphore) wait(ctx context.Context, wt *waiter) error {
-	returned := false
-	defer func() {
-		if !returned {
-			s.abandon(wt)
+	if n > s.size {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-	}()
-	err := wt.w.Wait(ctx)
-	returned = true
-	return err
-}
-
-// abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
-// reused.
-func (s *Semaphore) abandon(wt *waiter) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case wt.Queued():
-		wasHead := s.queue.Front() == wt
-		s.queue.Remove(wt)
-		if wasHead {
-			s.grantLocked()
+		if err := s.q.Closed(); err != nil {
+			return err
 		}
-	case wt.granted:
-		s.avail += wt.n
-		s.grantLocked()
+		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
-}
-
-// tryLocked takes n permits if nobody waits and they are free. It returns an
-// error when the Acquire must fail at once. s.mu is held.
-func (s *Semaphore) tryLocked(n int64) (bool, error) {
-	switch {
-	case s.closed != nil:
-		return false, s.closed
-	case n > s.size:
-		return false, fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
-	case s.queue.Front() == nil && s.avail >= n:
-		s.avail -= n
-		return true, nil
+	// The fast path, inline: a Semaphore has no Source, so the free
+	// permits need no refill (Queue.Acquire repeats this check).
+	if ctx.Err() == nil {
+		q := &s.q
+		q.mu.Lock()
+		if q.closed == nil && q.queue.Len() == 0 && q.avail >= n {
+			q.avail -= n
+			q.mu.Unlock()
+			return nil
+		}
+		q.mu.Unlock()
 	}
-	return false, nil
+	_, err := s.q.Acquire(ctx, n)
+	return err
 }
 
 // TryAcquire takes n permits without blocking and reports whether it did.
@@ -185,12 +111,13 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	s.mu.Lock()
-	ok := s.closed == nil && s.queue.Front() == nil && s.avail >= n
+	q := &s.q
+	q.mu.Lock()
+	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
 	if ok {
-		s.avail -= n
+		q.avail -= n
 	}
-	s.mu.Unlock()
+	q.mu.Unlock()
 	return ok
 }
 
@@ -202,50 +129,18 @@ func (s *Semaphore) Release(n int64) {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: Release with negative n=%d", n))
 	}
-	s.mu.Lock()
-	if s.avail+n > s.size || s.avail+n < s.avail {
-		held := s.size - s.avail
-		s.mu.Unlock()
+	q := &s.q
+	q.mu.Lock()
+	if q.avail+n > s.size || q.avail+n < q.avail {
+		held := s.size - q.avail
+		q.mu.Unlock()
 		panic(fmt.Sprintf("semaphore: Release(%d) with only %d permits held", n, held))
 	}
-	s.avail += n
-	s.grantLocked()
-	s.mu.Unlock()
-}
-
-// grantLocked serves the queue from its head while the head's request fits.
-// Strict FIFO: a large request at the head blocks smaller ones behind it, so
-// a steady trickle of small requests can never starve a large one. s.mu is
-// held.
-func (s *Semaphore) grantLocked() {
-	for wt := s.queue.Front(); wt != nil && s.avail >= wt.n; wt = s.queue.Front() {
-		s.queue.Remove(wt)
-		s.avail -= wt.n
-		wt.granted = true
-		if !wt.w.Wake() {
-			wt.granted = false
-			// Its cancellation won the race and its OnCancel is on the way
-			// (it will find the waiter already out of the queue): the
-			// permits were never granted, so they stay here for the next.
-			s.avail += wt.n
-		}
+	q.avail += n
+	if q.queue.Len() > 0 {
+		q.serveLocked(time.Time{})
 	}
-}
-
-// cancel is every waiter's OnCancel: it runs when the caller's context wins
-// over a grant, before the caller resumes, and takes the waiter out of the
-// queue. Its leaving may let the waiters behind it go.
-func (wt *waiter) cancel() {
-	s := wt.s
-	s.mu.Lock()
-	if wt.Queued() {
-		wasHead := s.queue.Front() == wt
-		s.queue.Remove(wt)
-		if wasHead {
-			s.grantLocked()
-		}
-	}
-	s.mu.Unlock()
+	q.mu.Unlock()
 }
 
 // Close fails every parked Acquire and every later one with err (ErrClosed
@@ -255,33 +150,15 @@ func (s *Semaphore) Close(err error) {
 	if err == nil {
 		err = ErrClosed
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed != nil {
-		return
-	}
-	s.closed = err
-	for wt := s.queue.Front(); wt != nil; wt = s.queue.Front() {
-		s.queue.Remove(wt)
-		wt.err = err
-		wt.w.Wake() // false: it was cancelled meanwhile and returns ctx.Err()
-	}
+	s.q.Close(err)
 }
 
 // Available returns the number of free permits. Permits may be free while
 // Acquire calls wait: the head waiter needs more than are free.
-func (s *Semaphore) Available() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.avail
-}
+func (s *Semaphore) Available() int64 { return s.q.Available() }
 
 // Waiters returns the number of parked Acquire calls.
-func (s *Semaphore) Waiters() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.queue.Len()
-}
+func (s *Semaphore) Waiters() int { return s.q.Waiters() }
 
 // Size returns the semaphore's size, as given to New.
 func (s *Semaphore) Size() int64 { return s.size }

@@ -39,13 +39,16 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 	if err != nil {
 		if ctx.Err() != nil {
 			// The client went away mid-call: not the store's fault, and
-			// nobody is left to answer.
+			// nobody is left to answer; count it so it is not lost.
+			s.canceled.Add(1)
+			e.counters.canceled.Inc()
 			return verdict{}, ctx.Err()
 		}
 		if errors.Is(err, store.ErrCostExceedsBurst) {
 			return verdict{}, err
 		}
 		s.storeErr.Inc()
+		s.degraded.Add(1)
 		e.counters.storeError.Inc()
 		if s.storeDown.CompareAndSwap(false, true) {
 			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
@@ -73,7 +76,7 @@ func (s *Server) tally(e *policyEntry, res store.Result, shadow bool) verdict {
 		s.allowed.Add(1)
 		e.counters.allowed.Inc()
 	case shadow:
-		s.denied.Add(1)
+		s.shadowDenied.Add(1)
 		e.counters.shadowDenied.Inc()
 		v.allowed, v.shadowDenied = true, true
 	default:

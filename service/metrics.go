@@ -21,13 +21,22 @@ const (
 	resultDenied       = "denied"
 	resultShadowDenied = "shadow_denied" // denied by the store, allowed because of -shadow
 	resultError        = "store_error"   // no decision; answered per -fail
+	resultCanceled     = "canceled"      // the caller gave up before the store answered
 )
+
+// latencyBuckets are the store latency histogram's upper bounds, 2 µs …
+// 0.5 s in 1-2-5 steps: the memory and shm stores answer in microseconds,
+// Redis in hundreds of them, and a store timeout lands near the top.
+var latencyBuckets = []float64{
+	2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6,
+	1e-3, 2e-3, 5e-3, 10e-3, 20e-3, 50e-3, 100e-3, 200e-3, 500e-3,
+}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Decisions made by /allow, by policy and result (allowed, denied, shadow_denied, store_error).",
+			Help: "Requests to /allow, by policy and result (allowed, denied, shadow_denied, store_error, canceled).",
 		}, []string{"policy", "result"}),
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fail_open_decisions_total",
@@ -35,14 +44,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"policy"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
-			Help: "Store calls that returned an error or timed out.",
+			Help: "Requests the store did not decide: an error, a timeout, or its breaker open.",
 		}, []string{"store"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "sluice_store_latency_seconds",
-			Help: "Time the store took to decide one /allow request.",
-			// 2 µs … ~0.5 s: the memory and shm stores answer in microseconds,
-			// Redis in hundreds of them.
-			Buckets: prometheus.ExponentialBuckets(2e-6, 2.5, 14),
+			Name:    "sluice_store_latency_seconds",
+			Help:    "Time the store took to decide one /allow request.",
+			Buckets: latencyBuckets,
 		}, []string{"store"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_bad_requests_total",
@@ -55,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // policyCounters are one policy's pre-bound counters.
 type policyCounters struct {
-	allowed, denied, shadowDenied, storeError, failOpen prometheus.Counter
+	allowed, denied, shadowDenied, storeError, canceled, failOpen prometheus.Counter
 }
 
 func (m *metrics) forPolicy(name string) *policyCounters {
@@ -64,6 +71,7 @@ func (m *metrics) forPolicy(name string) *policyCounters {
 		denied:       m.decisions.WithLabelValues(name, resultDenied),
 		shadowDenied: m.decisions.WithLabelValues(name, resultShadowDenied),
 		storeError:   m.decisions.WithLabelValues(name, resultError),
+		canceled:     m.decisions.WithLabelValues(name, resultCanceled),
 		failOpen:     m.failOpen.WithLabelValues(name),
 	}
 }

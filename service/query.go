@@ -44,7 +44,7 @@ func parseAllowQuery(raw string, a *allowArgs) error {
 		if strings.ContainsAny(value, "%+") {
 			v, err := url.QueryUnescape(value)
 			if err != nil {
-				return fmt.Errorf("bad %s value: %v", name, errors.Unwrap(err))
+				return fmt.Errorf("bad %s value %q: %v", name, value, err)
 			}
 			value = v
 		}

@@ -191,8 +191,7 @@ func TestRLSUnmatchedCountsNothing(t *testing.T) {
 			assert.Nil(t, r.Statuses[0].CurrentLimit)
 		}
 	}
-	allowed, denied := f.srv.Stats()
-	assert.Zero(t, allowed+denied)
+	assert.Equal(t, service.Stats{}, f.srv.Stats())
 	keys, err := f.mem.Keys(context.Background())
 	require.NoError(t, err)
 	assert.Zero(t, keys, "no bucket was touched")
@@ -214,8 +213,7 @@ func TestRLSUnlimitedAndBlocked(t *testing.T) {
 	keys, err := f.mem.Keys(context.Background())
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, keys, "only the limited address has a bucket")
-	allowed, denied := f.srv.Stats()
-	assert.Equal(t, [2]int64{101, 1}, [2]int64{allowed, denied}, "unlimited counts as allowed; the blocked address as denied")
+	assert.Equal(t, service.Stats{Allowed: 101, Denied: 1}, f.srv.Stats(), "unlimited counts as allowed; the blocked address as denied")
 }
 
 // A shadow_mode rule decides and counts but answers OK.
@@ -226,8 +224,7 @@ func TestRLSShadowRule(t *testing.T) {
 		r := f.ask(t, "edge", 0, free)
 		require.Equal(t, []rlsv3.RateLimitResponse_Code{OK, OK}, codesOf(r), "request %d", i)
 	}
-	allowed, denied := f.srv.Stats()
-	assert.Equal(t, [2]int64{5, 3}, [2]int64{allowed, denied})
+	assert.Equal(t, service.Stats{Allowed: 5, ShadowDenied: 3}, f.srv.Stats())
 	assert.Contains(t, f.get(t, "/metrics").raw, `sluice_decisions_total{policy="edge.tenant.plan_free",result="shadow_denied"} 3`)
 }
 
@@ -240,8 +237,7 @@ func TestRLSGlobalShadow(t *testing.T) {
 	}
 	r := f.ask(t, "sms", 0, desc("kind", "promo", "phone", "1"))
 	assert.Equal(t, []rlsv3.RateLimitResponse_Code{OK, OVER}, codesOf(r))
-	_, denied := f.srv.Stats()
-	assert.EqualValues(t, 1, denied)
+	assert.Equal(t, service.Stats{Allowed: 3, ShadowDenied: 1}, f.srv.Stats())
 }
 
 func TestRLSHitsAddend(t *testing.T) {

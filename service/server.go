@@ -37,7 +37,9 @@ type Config struct {
 	Shadow bool
 	// FailOpen answers allowed when the store fails; otherwise such requests
 	// are denied (429 with Retry-After: 1). Either way the body says
-	// "degraded" and the error is counted.
+	// "degraded" and the error is counted. Wrap a store that waits on the
+	// network in store.NewBreaker (as `sluice serve` does) so that answering
+	// per FailOpen during an outage takes microseconds, not StoreTimeout.
 	FailOpen bool
 	// StoreTimeout bounds one store call (default DefaultStoreTimeout).
 	StoreTimeout time.Duration
@@ -72,8 +74,9 @@ type Server struct {
 
 	inProcess bool // the store never waits: no per-call timeout needed
 
-	allowed, denied atomic.Int64
-	storeDown       atomic.Bool // for logging transitions only
+	// What /stats and Stats report; see Stats.
+	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
+	storeDown                                         atomic.Bool // for logging transitions only
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
@@ -242,21 +245,37 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	keys, err := s.cfg.Store.Keys(ctx)
+	st := s.Stats()
 	out := struct {
-		Keys       int64  `json:"keys"`
-		Allowed    int64  `json:"allowed_total"`
-		Denied     int64  `json:"denied_total"`
-		StoreError string `json:"store_error,omitempty"`
-	}{Keys: keys, Allowed: s.allowed.Load(), Denied: s.denied.Load()}
+		Keys         int64  `json:"keys"`
+		Allowed      int64  `json:"allowed_total"`
+		Denied       int64  `json:"denied_total"`
+		ShadowDenied int64  `json:"shadow_denied_total"`
+		Degraded     int64  `json:"degraded_total"`
+		Canceled     int64  `json:"canceled_total"`
+		StoreError   string `json:"store_error,omitempty"`
+	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, ""}
 	if err != nil {
 		out.Keys, out.StoreError = -1, err.Error()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Stats returns the decisions this server has made: allowed and denied
-// (shadow denials included in denied).
-func (s *Server) Stats() (allowed, denied int64) { return s.allowed.Load(), s.denied.Load() }
+// Stats counts what a Server has answered to /allow since New, the same
+// split as the sluice_decisions_total metric.
+type Stats struct {
+	Allowed      int64 // the store allowed
+	Denied       int64 // the store denied (not counting ShadowDenied)
+	ShadowDenied int64 // the store denied; answered allowed because of Shadow
+	Degraded     int64 // no decision (store error); answered per FailOpen
+	Canceled     int64 // the caller gave up before the store answered
+}
+
+// Stats returns the counts so far.
+func (s *Server) Stats() Stats {
+	return Stats{Allowed: s.allowed.Load(), Denied: s.denied.Load(), ShadowDenied: s.shadowDenied.Load(),
+		Degraded: s.degraded.Load(), Canceled: s.canceled.Load()}
+}
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	if !s.getOnly(w, r) {
@@ -271,8 +290,11 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.FailOpen {
 			mode = "open"
 		}
+		if !errors.Is(err, store.ErrDown) { // a Breaker's error names the store already
+			err = fmt.Errorf("%w (%s): %w", store.ErrDown, s.cfg.Store.Name(), err)
+		}
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "store down (%s): %v; failing %s\n", s.cfg.Store.Name(), err, mode)
+		_, _ = fmt.Fprintf(w, "%v; failing %s\n", err, mode)
 		return
 	}
 	_, _ = io.WriteString(w, "ok\n")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -117,7 +118,7 @@ func TestAllowThenDeny(t *testing.T) {
 	assert.Equal(t, 200, r.status)
 
 	st := f.get(t, "/stats")
-	assert.JSONEq(t, `{"keys":1,"allowed_total":11,"denied_total":2}`, st.raw)
+	assert.JSONEq(t, `{"keys":1,"allowed_total":11,"denied_total":2,"shadow_denied_total":0,"degraded_total":0,"canceled_total":0}`, st.raw)
 }
 
 func TestRetryAfterRoundsUpWholeSeconds(t *testing.T) {
@@ -201,7 +202,7 @@ func TestBadInputCountsNothing(t *testing.T) {
 		{"n empty", "GET", "/allow?key=a&n=", "", "", 400, "not an integer"},
 		{"n above burst", "GET", "/allow?key=a&n=11", "", "", 400, "can never be allowed"},
 		{"key twice", "GET", "/allow?key=a&key=b", "", "", 400, "more than once"},
-		{"bad escape", "GET", "/allow?key=%zz", "", "", 400, "bad key value"},
+		{"bad escape", "GET", "/allow?key=%zz", "", "", 400, `bad key value "%zz": invalid URL escape "%zz"`},
 		{"method", "PUT", "/allow?key=a", "", "", 405, "PUT"},
 		{"delete", "DELETE", "/allow?key=a", "", "", 405, "DELETE"},
 		{"body too big", "POST", "/allow?key=a", strings.Repeat("x", 65), "application/x-www-form-urlencoded", 413, "64 bytes"},
@@ -226,7 +227,8 @@ func TestBadInputCountsNothing(t *testing.T) {
 		})
 	}
 	// Nothing counted, nothing stored, and the server still serves.
-	assert.JSONEq(t, `{"keys":0,"allowed_total":0,"denied_total":0}`, f.get(t, "/stats").raw)
+	assert.JSONEq(t, `{"keys":0,"allowed_total":0,"denied_total":0,"shadow_denied_total":0,"degraded_total":0,"canceled_total":0}`,
+		f.get(t, "/stats").raw)
 	assert.Equal(t, 200, f.get(t, "/allow?key="+strings.Repeat("k", service.MaxKeyLen)).status)
 	m := f.get(t, "/metrics").raw
 	assert.Contains(t, m, `sluice_bad_requests_total{status="400"} 12`)
@@ -251,8 +253,13 @@ func TestShadowNeverDenies(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.JSONEq(t, `{"allowed":true,"remaining":0,"limit":10,"rate":10,"retry_after_ms":100,"shadow_denied":true}`, r.raw)
 	assert.Empty(t, r.header.Get("Retry-After"))
-	assert.JSONEq(t, `{"keys":1,"allowed_total":10,"denied_total":1}`, f.get(t, "/stats").raw)
-	assert.Contains(t, f.get(t, "/metrics").raw, `sluice_decisions_total{policy="default",result="shadow_denied"} 1`)
+	// Kept apart from real denials, in /stats as in /metrics.
+	assert.JSONEq(t, `{"keys":1,"allowed_total":10,"denied_total":0,"shadow_denied_total":1,"degraded_total":0,"canceled_total":0}`,
+		f.get(t, "/stats").raw)
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="shadow_denied"} 1`)
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="denied"} 0`)
+	assert.Equal(t, service.Stats{Allowed: 10, ShadowDenied: 1}, f.srv.Stats())
 }
 
 // brokenStore fails every call while down is set.
@@ -311,9 +318,13 @@ func TestStoreFailure(t *testing.T) {
 			assert.Contains(t, r.body["degraded"], "store unavailable")
 			h := f.get(t, "/healthz")
 			assert.Equal(t, 503, h.status)
-			assert.Contains(t, h.raw, "store down (memory): connection refused")
+			mode := map[bool]string{true: "open", false: "closed"}[open]
+			assert.Equal(t, "store down (memory): connection refused; failing "+mode+"\n", h.raw)
 			st := f.get(t, "/stats")
 			assert.EqualValues(t, -1, st.body["keys"])
+			assert.EqualValues(t, 1, st.body["degraded_total"])
+			assert.EqualValues(t, 0, st.body["allowed_total"])
+			assert.Equal(t, service.Stats{Degraded: 1}, f.srv.Stats(), "counted, as what it was")
 			m := f.get(t, "/metrics").raw
 			assert.Contains(t, m, `sluice_store_errors_total{store="memory"} 1`)
 			assert.Contains(t, m, `sluice_decisions_total{policy="default",result="store_error"} 1`)
@@ -338,6 +349,13 @@ func TestMetrics(t *testing.T) {
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="allowed"} 10`)
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="denied"} 2`)
 	assert.Contains(t, m, `sluice_store_latency_seconds_count{store="memory"} 12`)
+	// Readable bucket bounds, 2 µs … 0.5 s in 1-2-5 steps, as documented.
+	var les []string
+	for _, m := range regexp.MustCompile(`sluice_store_latency_seconds_bucket\{store="memory",le="([^"]+)"\}`).FindAllStringSubmatch(m, -1) {
+		les = append(les, m[1])
+	}
+	assert.Equal(t, []string{"2e-06", "5e-06", "1e-05", "2e-05", "5e-05", "0.0001", "0.0002", "0.0005",
+		"0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "+Inf"}, les)
 	assert.Contains(t, m, `go_goroutines`)
 }
 
@@ -351,4 +369,33 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, err = service.New(service.Config{Store: m, Default: store.Policy{Rate: 1, Burst: 1},
 		Limits: map[string]store.Policy{"k": {Rate: 1, Burst: 0}}})
 	require.ErrorContains(t, err, `"k"`)
+}
+
+// cancellingStore plays a caller that gives up while the store works: it
+// cancels the request's context, then waits for it.
+type cancellingStore struct {
+	store.Store
+	cancel context.CancelFunc
+}
+
+func (c *cancellingStore) Allow(ctx context.Context, k string, n int64, p store.Policy) (store.Result, error) {
+	c.cancel()
+	<-ctx.Done()
+	return store.Result{}, ctx.Err()
+}
+
+// A request whose caller gave up is counted as canceled: not a store error,
+// not a decision.
+func TestCanceledRequestsAreCounted(t *testing.T) {
+	cs := &cancellingStore{}
+	f := newFixture(t, func(c *service.Config) { cs.Store = c.Store; c.Store = cs })
+	ctx, cancel := context.WithCancel(context.Background())
+	cs.cancel = cancel
+	req := httptest.NewRequest(http.MethodGet, "/allow?key=c", nil).WithContext(ctx)
+	f.srv.ServeHTTP(httptest.NewRecorder(), req)
+	assert.Equal(t, service.Stats{Canceled: 1}, f.srv.Stats())
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="canceled"} 1`)
+	assert.Contains(t, m, `sluice_store_errors_total{store="memory"} 0`)
+	assert.EqualValues(t, 1, f.get(t, "/stats").body["canceled_total"])
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,7 +61,7 @@ type syncBuf struct {
 func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","addr":"([^"]+)"`)
 
 // serve starts `sluice serve -addr 127.0.0.1:0 args...` and waits for its
 // "listening" log line.
@@ -79,7 +80,7 @@ func serve(t *testing.T, args ...string) *server {
 			line := sc.Text()
 			_, _ = s.logs.Write([]byte(line + "\n"))
 			if m := listenRE.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
+				addr <- m[1] + m[2]
 			}
 		}
 	}()
@@ -155,14 +156,15 @@ func TestServeEndToEnd(t *testing.T) {
 
 	var st map[string]int64
 	require.NoError(t, json.Unmarshal([]byte(get(t, s.URL+"/stats").body), &st))
-	assert.Equal(t, map[string]int64{"keys": 1, "allowed_total": 10, "denied_total": 3}, st)
+	assert.Equal(t, map[string]int64{"keys": 1, "allowed_total": 10, "denied_total": 3, "shadow_denied_total": 0,
+		"degraded_total": 0, "canceled_total": 0}, st)
 	assert.Equal(t, "ok\n", get(t, s.URL+"/healthz").body)
 	assert.Contains(t, get(t, s.URL+"/metrics").body, `sluice_decisions_total{policy="default",result="allowed"} 10`)
 
 	assert.Equal(t, 0, s.stop(t), "SIGTERM is a graceful exit")
 	logs := s.logs.String()
 	assert.Contains(t, logs, "msg=\"shutting down\"")
-	assert.Contains(t, logs, "msg=stopped allowed_total=10 denied_total=3")
+	assert.Contains(t, logs, "msg=stopped allowed_total=10 denied_total=3 shadow_denied_total=0 degraded_total=0")
 }
 
 func TestServeBadFlagsExit2(t *testing.T) {
@@ -203,7 +205,7 @@ func TestTwoServeProcessesShareShm(t *testing.T) {
 	assert.Equal(t, 0, b.stop(t))
 }
 
-var summaryRE = regexp.MustCompile(`^(\S+) summary: attempts=(\d+) allowed=(\d+) denied=(\d+)(?: errors=(\d+))? → work done=(\d+)$`)
+var summaryRE = regexp.MustCompile(`^(\S+) summary: attempts=(\d+) allowed=(\d+) denied=(\d+)(?: degraded=\d+)?(?: errors=(\d+))? → work done=(\d+)$`)
 
 // runReplicas runs three `sluice client` processes at 20/s each for d against
 // the given service URLs (round robin) and returns the total allowed and the
@@ -227,6 +229,13 @@ func runReplicas(t *testing.T, urls []string, key string, d time.Duration) (int,
 	for i, out := range outs {
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.GreaterOrEqual(t, len(lines), 2, out)
+		// One progress row per second, then the summary and latency lines.
+		progress := lines[:len(lines)-2]
+		assert.GreaterOrEqual(t, len(progress), int(d/time.Second)-1, out)
+		for _, p := range progress {
+			assert.Regexp(t, `^inst-\d +\d+\.\ds  attempts=\d+ allowed=\d+ denied=\d+ degraded=0 errors=0$`, p)
+		}
+		lines = lines[len(lines)-2:]
 		m := summaryRE.FindStringSubmatch(lines[0])
 		require.NotNil(t, m, "summary line %q", lines[0])
 		assert.Equal(t, fmt.Sprintf("inst-%d", i+1), m[1])
@@ -335,4 +344,87 @@ func TestServeShmMismatchRefusedAtStart(t *testing.T) {
 	assert.Contains(t, string(out), "policy mismatch")
 	assert.Equal(t, 200, get(t, a.URL+"/allow?key=k").status)
 	assert.Equal(t, 0, a.stop(t))
+}
+
+// While Redis is down, every decision follows -fail within milliseconds
+// (the breaker answers at once; a probe checks Redis every 200 ms), the logs
+// stay JSON, /healthz names the fault, and decisions come back from Redis
+// within about one probe of its return, with no restart.
+func TestRedisOutageCostsMilliseconds(t *testing.T) {
+	rs := redistest.Start(t)
+	s := serve(t, "-store", rs.URL(), "-fail", "closed", "-log", "json")
+	require.Equal(t, 200, get(t, s.URL+"/allow?key=k").status)
+
+	// The same-run baseline: the same load while Redis answers.
+	const workers = 4
+	up, _ := hammer(t, s.URL+"/allow?key=up", workers, time.Second)
+	slices.Sort(up)
+	t.Logf("Redis up (baseline): %d requests from %d workers, p50=%v p99=%v", len(up), workers, up[len(up)/2], up[len(up)*99/100])
+
+	rs.Kill()
+	lat, bodies := hammer(t, s.URL+"/allow?key=k", workers, time.Second)
+	// The first few requests find the broken pooled connections or trip the
+	// breaker; the rest are answered by the open breaker.
+	lat = lat[min(len(lat), 3*workers):]
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("Redis down: %d requests from %d workers, p50=%v p99=%v", len(lat), workers, p50, p99)
+	assert.Less(t, p50, 5*time.Millisecond)
+	assert.Less(t, p99, 50*time.Millisecond, "the 250 ms store timeout is never waited for")
+	for b, n := range bodies {
+		assert.Contains(t, b, `"allowed":false`, "%d× %s", n, b)
+		assert.Contains(t, b, "failing closed")
+	}
+	h := get(t, s.URL+"/healthz")
+	assert.Equal(t, 503, h.status)
+	assert.Regexp(t, `^store down \(redis\): redisstore: dial tcp 127\.0\.0\.1:\d+: connect: connection refused; failing closed\n$`, h.body)
+
+	rs.Restart()
+	back := time.Now()
+	for get(t, s.URL+"/allow?key=k").status != 200 {
+		require.Less(t, time.Since(back), 5*time.Second, "decisions resume without a restart")
+	}
+	took := time.Since(back)
+	t.Logf("Redis back: decisions from Redis again after %v", took)
+	assert.Less(t, took, time.Second, "within about one 200 ms probe")
+	assert.Equal(t, 200, get(t, s.URL+"/healthz").status)
+
+	assert.Equal(t, 0, s.stop(t))
+	logs := strings.TrimSpace(s.logs.String())
+	for _, line := range strings.Split(logs, "\n") {
+		assert.True(t, json.Valid([]byte(line)), "-log json: every line is JSON: %s", line)
+	}
+	assert.Contains(t, logs, `"msg":"store down: answering without it; probing"`)
+	assert.Contains(t, logs, `"msg":"store back: breaker closed"`)
+	assert.Regexp(t, `"msg":"stopped","allowed_total":\d+,"denied_total":\d+,"shadow_denied_total":0,"degraded_total":\d+,"fail_open":false`, logs)
+}
+
+// hammer sends GETs to url from workers goroutines for d and returns each
+// request's latency and the distinct bodies with their counts.
+func hammer(t *testing.T, url string, workers int, d time.Duration) ([]time.Duration, map[string]int) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	bodies := map[string]int{}
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				start := time.Now()
+				r, err := hc.Get(url)
+				if !assert.NoError(t, err) {
+					return
+				}
+				b, _ := io.ReadAll(r.Body)
+				_ = r.Body.Close()
+				took := time.Since(start)
+				mu.Lock()
+				lat = append(lat, took)
+				bodies[string(b)]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return lat, bodies
 }

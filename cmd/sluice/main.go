@@ -4,6 +4,7 @@
 //	sluice serve    the HTTP service (/allow, /stats, /healthz, /metrics) and,
 //	                with -grpc, Envoy's rate-limit gRPC service
 //	sluice client   one replica asking the service before each unit of work
+//	sluice version  the version, commit and Go toolchain of this build
 //
 // The logic lives in internal/cli; main only wires signals and arguments.
 package main

@@ -14,6 +14,7 @@ commands:
   demo     run a server and three replicas for a few seconds and show the shared limit hold
   serve    run the global rate-limit service (HTTP; Envoy's gRPC with -grpc)
   client   play one replica that asks the service before each unit of work
+  version  print the version, commit and Go toolchain of this build
 
 Run "sluice <command> -h" for a command's flags.
 `
@@ -33,6 +34,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return Client(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return Demo(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		_, _ = fmt.Fprintln(stdout, Version())
+		return 0
 	case "-h", "-help", "--help", "help":
 		_, _ = io.WriteString(stdout, usage)
 		return 0

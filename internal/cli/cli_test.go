@@ -3,10 +3,15 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/internal/cli"
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
@@ -71,4 +77,63 @@ func TestRunServerGracefulShutdown(t *testing.T) {
 	require.NoError(t, <-errc)
 	_, err = c.Get("http://" + addr.String() + "/healthz")
 	assert.Error(t, err, "the listener is closed after shutdown")
+}
+
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"version", "-version", "--version"} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, cli.Main(context.Background(), []string{arg}, &out, &errb), arg)
+		assert.Regexp(t, `^sluice \S+ .*go1\.\d+.* \w+/\w+\n$`, out.String(), arg)
+		assert.Equal(t, cli.Version()+"\n", out.String())
+	}
+}
+
+// The client waits longer than the server waits for its store, so a slow
+// store reaches the client as the server's answer per -fail, not as a
+// client timeout.
+func TestClientTimeoutExceedsStoreTimeout(t *testing.T) {
+	assert.Greater(t, client.DefaultTimeout, service.DefaultStoreTimeout)
+}
+
+// demo -plot draws the replicas and the limit line to an SVG file.
+func TestDemoPlot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "demo.svg")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, cli.Main(context.Background(), []string{"demo", "-duration", "1s", "-plot", file}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "plot written to "+file)
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	svg := string(b)
+	assert.Contains(t, svg, "<svg")
+	for _, label := range []string{"the limit: 10/s × t + 10", "inst-1", "inst-2", "inst-3", "all replicas"} {
+		assert.Contains(t, svg, label)
+	}
+}
+
+type downStore struct{ store.Store }
+
+func (downStore) Allow(context.Context, string, int64, store.Policy) (store.Result, error) {
+	return store.Result{}, errors.New("connection refused")
+}
+
+// A replica counts the service's answers per -fail as degraded, not as the
+// limit's denials.
+func TestReplicaCountsDegraded(t *testing.T) {
+	mem := store.NewMemory()
+	defer mem.Close()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := service.New(service.Config{Store: downStore{mem}, Default: store.Policy{Rate: 10, Burst: 10}, FailOpen: true, Logger: quiet})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c, err := client.New(ts.URL, client.WithoutDenyCache())
+	require.NoError(t, err)
+	defer c.Close()
+	r := cli.Replica{ID: "inst-1", Client: c, Key: "k", RPS: 1000, Duration: 50 * time.Millisecond}
+	st := r.Run(context.Background(), nil)
+	require.Positive(t, st.Attempts)
+	assert.Equal(t, st.Attempts, st.Degraded)
+	assert.Zero(t, st.Denied)
+	assert.Equal(t, st.Attempts, st.WorkDone, "fail open")
+	assert.Contains(t, st.Summary(), fmt.Sprintf("denied=0 degraded=%d → work done=%d", st.Attempts, st.Attempts))
 }

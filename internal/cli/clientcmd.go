@@ -51,7 +51,22 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	r := Replica{ID: *id, Client: c, Key: *key, RPS: *rps, Duration: *duration}
-	st := r.Run(ctx, nil)
-	printReplica(stdout, &st)
-	return 0
+	var live LiveStats
+	done := make(chan ReplicaStats, 1)
+	go func() { done <- r.Run(ctx, &live) }()
+	// One progress row a second, as demo prints, so a long run shows life.
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			st := live.Get()
+			_, _ = fmt.Fprintf(stdout, "%s %5.1fs  attempts=%d allowed=%d denied=%d degraded=%d errors=%d\n",
+				*id, time.Since(start).Seconds(), st.Attempts, st.Allowed, st.Denied, st.Degraded, st.Errors)
+		case st := <-done:
+			printReplica(stdout, &st)
+			return 0
+		}
+	}
 }

@@ -29,6 +29,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", 10, "the shared limit, per second")
 	burst := fs.Int64("burst", 10, "the shared burst")
 	storeSpec := fs.String("store", "memory", "store for the demo server: memory, shm, shm:DIR, redis://HOST:PORT/DB")
+	plotFile := fs.String("plot", "", "also draw each replica's allowed requests over time against the limit to this file (.svg, .png or .pdf)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -83,7 +84,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	lives := make([]*LiveStats, *replicas)
 	header := "  time "
 	for i := range reps {
-		c, err := client.New(url, client.WithTimeout(200*time.Millisecond))
+		c, err := client.New(url)
 		if err != nil {
 			_, _ = fmt.Fprintf(stderr, "sluice demo: %v\n", err)
 			return 1
@@ -99,6 +100,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	results := make([]ReplicaStats, *replicas)
 	var wg sync.WaitGroup
 	for i, r := range reps {
+		r.Start = start
 		// Real replicas are not in step: stagger their tick phases so the
 		// first replica does not always ask first after a token arrives.
 		r.Phase = time.Duration(float64(time.Second) / *rps * float64(i) / float64(len(reps)))
@@ -154,6 +156,13 @@ loop:
 	fmt.Fprintf(w, "  the limit:        %g/s × %.2fs + burst %d = %.1f   →  %d %s %.1f\n", *rate, elapsed.Seconds(), *burst, bound, total, verdict, bound)
 	for i := range results {
 		fmt.Fprintln(w, results[i].LatencyLine())
+	}
+	if *plotFile != "" {
+		if err := plotDemo(*plotFile, results, start, elapsed, *rate, *burst); err != nil {
+			_, _ = fmt.Fprintf(stderr, "sluice demo: -plot: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(w, "\n  plot written to %s\n", *plotFile)
 	}
 	fmt.Fprintf(w, "\nEach replica got about a third, with no coordination between them: the SUM is held at the\n"+
 		"limit, not each replica. Run it for real with `sluice serve` and `sluice client` (see README).\n")

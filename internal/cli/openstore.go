@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 // files in the user's runtime directory, sharedbucket.DefaultDir()),
 // "shm:DIR" (table files in DIR), a Redis URL "redis://HOST:PORT/DB", or a
 // Redis Cluster URL "rediscluster://HOST:PORT[?addr=HOST:PORT...]".
-// o carries the per-store settings (zero values take defaults).
+// o carries the per-store settings (zero values take defaults). A Redis
+// store comes wrapped in a store.Breaker, so that while Redis is down
+// decisions follow -fail at once and a background probe notices its return.
 func OpenStore(spec string, o StoreOptions) (store.Store, error) {
 	if err := CheckStoreSpec(spec); err != nil {
 		return nil, err
@@ -24,9 +27,9 @@ func OpenStore(spec string, o StoreOptions) (store.Store, error) {
 	case spec == "shm" || strings.HasPrefix(spec, "shm:"):
 		return openShm(strings.TrimPrefix(strings.TrimPrefix(spec, "shm"), ":"), o.ShmSlots)
 	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
-		return redisstore.Open(spec)
+		return o.breaker(redisstore.Open(spec, redisstore.WithTimeout(o.Timeout)))
 	case strings.HasPrefix(spec, "rediscluster://") || strings.HasPrefix(spec, "redisclusters://"):
-		return redisstore.OpenCluster(spec)
+		return o.breaker(redisstore.OpenCluster(spec, redisstore.WithTimeout(o.Timeout)))
 	}
 	panic("unreachable: CheckStoreSpec accepted " + spec)
 }
@@ -35,6 +38,17 @@ func OpenStore(spec string, o StoreOptions) (store.Store, error) {
 type StoreOptions struct {
 	Sweep    time.Duration // memory: idle sweep interval (0: none)
 	ShmSlots int           // shm: slots per table (0: sharedbucket.DefaultSlots)
+	// Timeout bounds Redis dials, reads and writes and the breaker's probes
+	// (0: redisstore.DefaultTimeout).
+	Timeout time.Duration
+	Logger  *slog.Logger // the breaker's open/close lines (nil: none)
+}
+
+func (o StoreOptions) breaker(s *redisstore.Store, err error) (store.Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return store.NewBreaker(s, store.BreakerOptions{ProbeTimeout: o.Timeout, Logger: o.Logger}), nil
 }
 
 // CheckStoreSpec reports whether spec has the form of a -store value.

@@ -23,6 +23,8 @@ type Replica struct {
 	RPS      float64
 	Duration time.Duration
 	Phase    time.Duration // delay before the first attempt (counted in Duration)
+	// Start is the instant AllowedAt counts from (default: when Run starts).
+	Start time.Time
 }
 
 // ReplicaStats counts a replica's attempts. Latencies are of requests that
@@ -31,8 +33,10 @@ type ReplicaStats struct {
 	ID                      string
 	Attempts                int64
 	Allowed, Denied, Errors int64
-	Cached                  int64 // denials answered by the local deny cache
-	WorkDone                int64 // allowed, plus errors under fail-open
+	Cached                  int64           // denials answered by the local deny cache
+	Degraded                int64           // answered by the service's -fail mode, its store down
+	WorkDone                int64           // allowed, plus errors under fail-open
+	AllowedAt               []time.Duration // when each allowed request was answered, since Replica.Start
 	latencies               []time.Duration
 }
 
@@ -52,10 +56,14 @@ func (s *ReplicaStats) Requests() int { return len(s.latencies) }
 
 // Summary is the reference's line, e.g.
 // "inst-1 summary: attempts=159 allowed=31 denied=127 → work done=32",
-// with errors= added when there were any.
+// with degraded= (answers per the service's -fail) and errors= (the service
+// unreachable) added when there were any.
 func (s *ReplicaStats) Summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s summary: attempts=%d allowed=%d denied=%d", s.ID, s.Attempts, s.Allowed, s.Denied)
+	if s.Degraded > 0 {
+		fmt.Fprintf(&b, " degraded=%d", s.Degraded)
+	}
 	if s.Errors > 0 {
 		fmt.Fprintf(&b, " errors=%d", s.Errors)
 	}
@@ -85,6 +93,10 @@ func fmtDur(d time.Duration) string {
 // for progress shown by another goroutine.
 func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 	st := ReplicaStats{ID: r.ID}
+	start := r.Start
+	if start.IsZero() {
+		start = time.Now()
+	}
 	end := time.Now().Add(r.Duration)
 	if r.Phase > 0 {
 		t := time.NewTimer(r.Phase)
@@ -125,9 +137,15 @@ func (r *Replica) Run(ctx context.Context, live *LiveStats) ReplicaStats {
 			if d.Allowed {
 				st.WorkDone++
 			}
+		case d.Degraded != "":
+			st.Degraded++
+			if d.Allowed {
+				st.WorkDone++
+			}
 		case d.Allowed:
 			st.Allowed++
 			st.WorkDone++
+			st.AllowedAt = append(st.AllowedAt, time.Since(start))
 		default:
 			st.Denied++
 			if d.Source == client.FromCache {
@@ -157,7 +175,7 @@ func (l *LiveStats) set(st ReplicaStats) {
 		return
 	}
 	l.mu.Lock()
-	st.latencies = nil
+	st.latencies, st.AllowedAt = nil, nil
 	l.st = st
 	l.mu.Unlock()
 }

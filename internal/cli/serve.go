@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/redisstore"
 	"github.com/sluice-go/sluice/service/store/shmstore"
 	"github.com/sluice-go/sluice/sharedbucket"
 )
@@ -54,7 +55,8 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
 	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
 	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
-	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout, "bound on one store call")
+	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout,
+		"bound on one store call, and on Redis dials, reads and writes")
 	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
 	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
 	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
@@ -90,6 +92,8 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	log := slog.New(h)
 	cfg.Logger = log
+	// go-redis logs dial failures itself: through slog, so -log json stays JSON.
+	redisstore.SetLogger(log)
 
 	if os.Getenv("GOGC") == "" {
 		// Why: the live heap is tiny (a few MB), so the default GOGC=100
@@ -97,7 +101,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// fewer GC cycles on the request path. GOGC in the environment wins.
 		debug.SetGCPercent(400)
 	}
-	st, err := OpenStore(o.Store, StoreOptions{Sweep: o.Sweep, ShmSlots: o.ShmSlots})
+	st, err := OpenStore(o.Store, StoreOptions{Sweep: o.Sweep, ShmSlots: o.ShmSlots, Timeout: o.StoreTimeout, Logger: log})
 	if err != nil {
 		log.Error("cannot open store", "store", o.Store, "err", err)
 		return 1
@@ -245,7 +249,8 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
 	}
-	allowed, denied := srv.Stats()
-	log.Info("stopped", "allowed_total", allowed, "denied_total", denied)
+	st := srv.Stats()
+	log.Info("stopped", "allowed_total", st.Allowed, "denied_total", st.Denied, "shadow_denied_total", st.ShadowDenied,
+		"degraded_total", st.Degraded, "fail_open", cfg.FailOpen, "canceled_total", st.Canceled)
 	return err
 }

@@ -1,7 +1,8 @@
-// Package waitq is the intrusive FIFO queue of parked callers that
-// semaphore, ticker and ratelimiter share: a doubly linked list threaded
-// through the waiters themselves, so queueing allocates nothing and a
-// cancelled waiter leaves from the middle in O(1).
+// Package waitq is the intrusive FIFO list of parked callers under
+// semaphore.Queue, the one parking core that semaphore, ticker and
+// ratelimiter share: a doubly linked list threaded through the waiters
+// themselves, so queueing allocates nothing and a cancelled waiter leaves
+// from the middle in O(1).
 //
 // A Queue is not safe for concurrent use: its owner guards it with the same
 // lock as the state it hands out.

@@ -92,6 +92,10 @@ func TestRedisReloadsScriptAfterFlush(t *testing.T) {
 	assert.InDelta(t, 1, r.Remaining, 0.01, "charged exactly once across the NOSCRIPT retry")
 }
 
+// A refused connection fails at once (one dial, no dial retries), and a
+// Redis that comes back is used from the first Ping on, even after more
+// failed dials than the pool has connections (go-redis's pool then stops
+// dialing and redials only once a second by itself).
 func TestRedisDownThenBack(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL())
@@ -100,14 +104,42 @@ func TestRedisDownThenBack(t *testing.T) {
 	_, err := s.Allow(ctx, "k", 1, p)
 	require.NoError(t, err)
 	srv.Kill()
-	_, err = s.Allow(ctx, "k", 1, p)
-	require.Error(t, err)
-	require.Error(t, s.Ping(ctx))
+	for i := range 50 { // well past the pool size (10 per CPU)
+		start := time.Now()
+		_, err = s.Allow(ctx, "k", 1, p)
+		require.Error(t, err)
+		if i > 0 { // the first may find a pooled connection the kill broke
+			require.Less(t, time.Since(start), 50*time.Millisecond, "call %d: a refused dial is not retried", i)
+		}
+		require.Error(t, s.Ping(ctx))
+	}
 	srv.Restart()
-	require.Eventually(t, func() bool { return s.Ping(ctx) == nil }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, s.Ping(ctx), "the first Ping after Redis is back gets through")
 	r, err := s.Allow(ctx, "k", 1, p)
 	require.NoError(t, err)
 	assert.True(t, r.Allowed)
+}
+
+// WithTimeout governs go-redis's own read timeout: a reply held back fails
+// after that timeout, not after go-redis's or Open's default.
+func TestRedisWithTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := newStallProxy(t, srv.Addr())
+	s, err := redisstore.Open("redis://"+proxy.ln.Addr().String()+"/0", redisstore.WithTimeout(600*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	p := store.Policy{Rate: 100, Burst: 10}
+	_, err = s.Allow(ctx, "k", 1, p)
+	require.NoError(t, err)
+	proxy.setStalled(true)
+	start := time.Now()
+	_, err = s.Allow(ctx, "k", 1, p)
+	took := time.Since(start)
+	proxy.setStalled(false)
+	require.Error(t, err)
+	assert.GreaterOrEqual(t, took, 600*time.Millisecond, "not the 250 ms default")
+	assert.Less(t, took, 3*time.Second)
 }
 
 func BenchmarkRedisAllow(b *testing.B) {

@@ -1,0 +1,30 @@
+#!/bin/sh
+# Reproduces every figure in docs/benchmarks.md, each with its same-run
+# baseline. Run from the module root: docs/bench.sh [OUTDIR]
+# Needs redis-server for the Redis rows (skipped without it). Takes about
+# 15 minutes on 2 cores; run it on a quiet machine and compare ratios.
+set -eu
+out=${1:-bench-out}
+mkdir -p "$out"
+{
+  date -u '+date: %Y-%m-%d %H:%M UTC'
+  echo "go: $(go version)"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //') ($(nproc) CPUs)"
+  echo "load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
+  command -v redis-server >/dev/null && redis-server --version
+} | tee "$out/machine.txt"
+run() { name=$1; shift; echo "== $name: $*"; "$@" 2>&1 | tee "$out/$name.txt"; }
+# The token bucket and the semaphore against x/time/rate and a channel.
+run ratelimiter go test -run '^$' -bench . -count 5 -benchmem ./ratelimiter ./semaphore
+# The run loop against goroutines handing off and bare coroutine resumes.
+run sched go test -run '^$' -bench . -count 5 -benchmem ./sched
+# The shared-memory table against x/time/rate and sync.Map.
+run sharedbucket go test -run '^$' -bench . -count 5 -benchmem ./sharedbucket
+# The stores alone and the /allow handler without the network.
+run stores go test -run '^$' -bench Allow -count 5 -benchmem ./service/ ./service/store/...
+# sluice serve over loopback at 5k req/s and at peak, against a bare
+# net/http server in the same run.
+run load env SLUICE_LOADTEST=1 go test -count=1 -run TestServiceLoad -v ./internal/loadgen
+# Decisions while Redis is down (killed by the test) and the time to recover.
+run outage go test -count=1 -run TestRedisOutageCostsMilliseconds -v ./cmd/sluice
+date -u '+done: %Y-%m-%d %H:%M UTC' | tee -a "$out/machine.txt"
