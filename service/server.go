@@ -58,7 +58,8 @@ type Config struct {
 	HTTPDomain string
 }
 
-// Server answers /allow, /stats, /healthz and /metrics. Create it with New;
+// Server answers /allow, /stats, /healthz and /metrics, and Envoy's
+// ShouldRateLimit once registered (RegisterRateLimitService). Create it with New;
 // it is safe for concurrent use. It does not own the store: closing it is the
 // caller's business.
 type Server struct {
@@ -261,7 +262,8 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Stats counts what a Server has answered to /allow since New, the same
+// Stats counts what a Server has answered to /allow (and, one per
+// descriptor with a rule, to ShouldRateLimit) since New, the same
 // split as the sluice_decisions_total metric.
 type Stats struct {
 	Allowed      int64 // the store allowed
