@@ -72,7 +72,7 @@ func (s *shared) Now() time.Time { return s.clock.Now() }
 // Fill takes what a caller or the head is short of from the table, all or
 // nothing.
 func (s *shared) Fill(_ time.Time, avail, want int64, _ bool) int64 {
-	if want > avail && s.bucket.TryAcquire(want-avail) {
+	if want > avail && s.bucket.AllowN(want-avail) {
 		return want
 	}
 	return avail
@@ -84,7 +84,7 @@ func (s *shared) Demand(now time.Time, need int64) {
 		s.alarm.Clear()
 		return
 	}
-	d := s.bucket.RetryAfter(need)
+	d := s.bucket.RetryAfterN(need)
 	if d == sharedbucket.Never {
 		d = closedRetry
 	}
@@ -95,7 +95,7 @@ func (s *shared) Until(_ time.Time, avail, n int64) time.Duration {
 	if avail >= n {
 		return 0
 	}
-	if d := s.bucket.RetryAfter(n - avail); d != sharedbucket.Never {
+	if d := s.bucket.RetryAfterN(n - avail); d != sharedbucket.Never {
 		return d
 	}
 	return -1
@@ -123,5 +123,5 @@ func (s *shared) setBurst(_ time.Time, burst int64) error {
 
 // tokens is this process's unspent share plus what the table's bucket holds.
 func (s *shared) tokens(_ time.Time, avail int64, _ bool) float64 {
-	return float64(avail) + s.bucket.Available()
+	return float64(avail) + s.bucket.Remaining()
 }

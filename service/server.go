@@ -128,6 +128,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	_, s.inProcess = cfg.Store.(store.InProcess)
+	if r, ok := cfg.Store.(EvictionReporter); ok {
+		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
+	}
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
@@ -255,7 +258,10 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		Degraded     int64  `json:"degraded_total"`
 		Canceled     int64  `json:"canceled_total"`
 		StoreError   string `json:"store_error,omitempty"`
-	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, ""}
+		// Policies: per policy, evictions and contended decisions, for
+		// stores that can loosen under pressure (shm).
+		Policies map[string]PolicyEvictions `json:"policies,omitempty"`
+	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, "", s.evictionStats()}
 	if err != nil {
 		out.Keys, out.StoreError = -1, err.Error()
 	}

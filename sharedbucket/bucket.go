@@ -7,8 +7,10 @@ import (
 
 // Bucket is a handle on one key's bucket in a Table: the single hot key of
 // a service, or a Table used as one host-wide bucket. It hashes the key
-// once and remembers the key's slot, so a call is a check of the slot's key
-// word, a clock read and (when allowed) one CAS.
+// once and remembers the key's slot, so a call is a clock read, a load of
+// the slot and (when allowed) one CAS. Its methods are the Table's, without
+// the key: Allow, AllowN, AllowAt, Decide…, Remaining…, RetryAfter…,
+// ResetAfter….
 //
 // A Bucket is safe for use by many goroutines at once, and shares its state
 // with every other handle on the same key in any process. It follows its key
@@ -21,7 +23,7 @@ type Bucket struct {
 }
 
 // Bucket returns a handle on key's bucket. It claims nothing until the first
-// TryAcquire.
+// allowed spend.
 func (t *Table) Bucket(key string) *Bucket {
 	b := &Bucket{t: t}
 	if len(key) != 0 && len(key) <= MaxKeyLen {
@@ -33,83 +35,121 @@ func (t *Table) Bucket(key string) *Bucket {
 	return b
 }
 
-// TryAcquire spends n tokens if the bucket has them and reports whether it
+// Allow is shorthand for AllowN(1).
+func (b *Bucket) Allow() bool { return b.AllowN(1) }
+
+// AllowN spends n tokens if the bucket has them now and reports whether it
 // did; a denial changes nothing. It returns false for n outside [1, burst].
-// It is the Bucket form of Table.AllowN.
-func (b *Bucket) TryAcquire(n int64) bool {
-	t := b.t
-	if b.h == 0 || n < 1 || n > t.burst || t.closed.Load() {
+func (b *Bucket) AllowN(n int64) bool {
+	if !b.valid(n) {
 		return false
 	}
-	return b.acquire(n, 0, true)
+	return b.decide(n, 0, true).ok
 }
 
-// TryAcquireAt is TryAcquire at an explicit time (see Table.AllowAt).
-func (b *Bucket) TryAcquireAt(n, now int64) bool {
-	t := b.t
-	if b.h == 0 || n < 1 || n > t.burst || t.closed.Load() || !validNow(now) {
+// AllowAt is AllowN at an explicit time (see Table.AllowAt).
+func (b *Bucket) AllowAt(n, now int64) bool {
+	if !b.valid(n) || !validNow(now) {
 		return false
 	}
-	return b.acquire(n, now, false)
+	return b.decide(n, now, false).ok
 }
 
-func (b *Bucket) acquire(n, now int64, live bool) bool {
-	t := b.t
+// Decide is shorthand for DecideN(1).
+func (b *Bucket) Decide() Decision { return b.DecideN(1) }
+
+// DecideN is AllowN with the figures of the same decision (see
+// Table.DecideN).
+func (b *Bucket) DecideN(n int64) Decision {
+	if !b.valid(n) {
+		return Decision{RetryAfter: Never}
+	}
+	return b.t.decision(b.decide(n, 0, true), n)
+}
+
+// DecideAt is DecideN at an explicit time (see Table.AllowAt).
+func (b *Bucket) DecideAt(n, now int64) Decision {
+	if !b.valid(n) || !validNow(now) {
+		return Decision{RetryAfter: Never}
+	}
+	return b.t.decision(b.decide(n, now, false), n)
+}
+
+func (b *Bucket) valid(n int64) bool {
+	return b.h != 0 && n >= 1 && n <= b.t.burst && !b.t.closed.Load()
+}
+
+func (b *Bucket) decide(n, now int64, live bool) outcome {
 	if live {
-		now = t.now()
+		now = b.t.now()
 	}
 	s := b.s.Load()
-	if s == nil || s.key.Load() != b.h {
-		// First use, or the slot was reclaimed (the bucket was full) or
-		// evicted: find or claim the key's slot again.
-		if s = t.slotFor(b.h, now); s != nil {
-			b.s.Store(s)
-		}
+	o := b.t.decideFrom(b.h, n, now, live, s)
+	if o.s != s && o.s != nil {
+		b.s.Store(o.s)
 	}
-	var ok bool
-	if s == nil {
-		ok = t.contended()
-	} else {
-		ok = t.spend(s, n, now, live)
-	}
-	t.counts.add(ok)
-	return ok
+	return o
 }
 
-// Available returns the tokens the bucket holds now, as a fraction in
+// Remaining returns the tokens the bucket holds now, as a fraction in
 // [0, burst]. It writes nothing.
-func (b *Bucket) Available() float64 { return b.available(0, true) }
+func (b *Bucket) Remaining() float64 { return b.remaining(0, true) }
 
-// AvailableAt is Available at an explicit time (see Table.AllowAt).
-func (b *Bucket) AvailableAt(now int64) float64 {
+// RemainingAt is Remaining at an explicit time (see Table.AllowAt).
+func (b *Bucket) RemainingAt(now int64) float64 {
 	if !validNow(now) {
 		return 0
 	}
-	return b.available(now, false)
+	return b.remaining(now, false)
 }
 
-func (b *Bucket) available(now int64, live bool) float64 {
+func (b *Bucket) remaining(now int64, live bool) float64 {
 	if b.h == 0 || b.t.closed.Load() {
 		return 0
 	}
 	return b.t.remaining(b.debt(now, live))
 }
 
-// RetryAfter returns how long until TryAcquire(n) would succeed if nobody
+// RetryAfter is shorthand for RetryAfterN(1).
+func (b *Bucket) RetryAfter() time.Duration { return b.RetryAfterN(1) }
+
+// RetryAfterN returns how long until AllowN(n) would succeed if nobody
 // else spends meanwhile (0 if it would now), or Never when it cannot.
-func (b *Bucket) RetryAfter(n int64) time.Duration {
-	if b.h == 0 || n < 1 || n > b.t.burst || b.t.closed.Load() {
+func (b *Bucket) RetryAfterN(n int64) time.Duration {
+	if !b.valid(n) {
 		return Never
 	}
 	return b.t.retryAfter(b.debt(0, true), n)
 }
 
+// RetryAfterAt is RetryAfterN at an explicit time (see Table.AllowAt).
+func (b *Bucket) RetryAfterAt(n, now int64) time.Duration {
+	if !b.valid(n) || !validNow(now) {
+		return Never
+	}
+	return b.t.retryAfter(b.debt(now, false), n)
+}
+
+// ResetAfter returns how long until the bucket is full again (0 if it is).
+func (b *Bucket) ResetAfter() time.Duration {
+	if b.h == 0 || b.t.closed.Load() {
+		return 0
+	}
+	return time.Duration(b.debt(0, true))
+}
+
+// ResetAfterAt is ResetAfter at an explicit time (see Table.AllowAt).
+func (b *Bucket) ResetAfterAt(now int64) time.Duration {
+	if b.h == 0 || b.t.closed.Load() || !validNow(now) {
+		return 0
+	}
+	return time.Duration(b.debt(now, false))
+}
+
 func (b *Bucket) debt(now int64, live bool) int64 {
 	s := b.s.Load()
 	if s == nil || s.key.Load() != b.h {
-		if s = b.t.find(b.h); s == nil {
-			return 0
-		}
+		s = b.t.find(b.h)
 	}
-	return b.t.debtOf(s, now, live)
+	return b.t.debtOf(b.h, s, now, live)
 }

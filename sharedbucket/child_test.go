@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -31,6 +34,7 @@ const (
 	childRoleC = "hammer"
 	childRoleD = "exact"
 	childRoleE = "clock"
+	childRoleF = "churn"
 )
 
 func encodePolicy(p Policy, slots int) string {
@@ -60,6 +64,8 @@ func runChild(role string) int {
 		err = childExact()
 	case childRoleE:
 		fmt.Println(Now())
+	case childRoleF:
+		err = childChurn()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -122,7 +128,7 @@ func childHammer() error {
 	fmt.Println("ready")
 	for i := 0; ; i++ {
 		if i%4 == 0 {
-			hot.TryAcquire(1)
+			hot.AllowN(1)
 		} else {
 			tb.AllowN(keys[r.IntN(nkeys)], 1+r.Int64N(p.burstOrLimit()))
 		}
@@ -199,7 +205,7 @@ func childExact() error {
 			now = clock() // at or after the decision
 		} else {
 			now = Now()
-			ok = bk.TryAcquireAt(1, now)
+			ok = bk.AllowAt(1, now)
 		}
 		if res.First < 0 {
 			// The first decision time: exact in mode "at"; in the live
@@ -278,4 +284,87 @@ func (c *child) send(t *testing.T, s string) {
 	if _, err := c.stdin.Write([]byte(s + "\n")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// churnResult is what a churn child reports: per key, its allowed
+// decisions, and the keys it saw evicted or claimed twice (the counted
+// events that loosen the bound).
+type churnResult struct {
+	Allowed  [][][3]int64 `json:"allowed"` // per key: {lo, hi, cost}
+	Excluded []int        `json:"excluded"`
+	Calls    int64        `json:"calls"`
+	Counts   Counters     `json:"counts"`
+}
+
+// churnKeys is the key set of the churn role: twice as many keys as slots.
+const churnKeys = 16
+
+// childChurn waits for "go", then for the given duration spends on keys
+// chosen by the time (two per τ-long epoch, so slots keep changing hands)
+// and reports. Mode "at" passes times up to SLUICE_SB_SEED ns behind its
+// clock reading (a stale-dated or preempted caller); mode "live" lets the table read the clock and brackets
+// each call with its own readings.
+func childChurn() error {
+	p, slots := decodePolicy()
+	c, err := p.canon()
+	if err != nil {
+		return err
+	}
+	tb, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	dur, _ := time.ParseDuration(os.Getenv(durEnv))
+	skew, _ := strconv.ParseInt(os.Getenv(seedEnv), 10, 64)
+	live := os.Getenv(modeEnv) == "live"
+	names := make([]string, churnKeys)
+	index := map[uint64]int{}
+	for i := range names {
+		names[i] = "churn-" + strconv.Itoa(i)
+		index[hashKey(tb.k0, tb.k1, names[i])] = i
+	}
+	excluded := map[int]bool{}
+	var mu sync.Mutex
+	mark := func(h uint64) { mu.Lock(); excluded[index[h]] = true; mu.Unlock() }
+	testHookEvict, testHookDuplicate = mark, mark
+	res := churnResult{Allowed: make([][][3]int64, churnKeys)}
+	r := rand.New(rand.NewPCG(uint64(os.Getpid()), 5))
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() {
+		return fmt.Errorf("stdin closed")
+	}
+	for end := Now() + int64(dur); ; {
+		lo := Now()
+		if lo >= end {
+			break
+		}
+		at := lo
+		if !live {
+			at -= r.Int64N(skew + 1)
+		}
+		// Two keys per τ-long epoch, one shared with the next epoch, so a
+		// few keys are live at once and slots change hands rather than
+		// being evicted.
+		k := int(at/c.tau()+r.Int64N(2)) % churnKeys
+		cost := 1 + r.Int64N(c.burst)
+		var ok bool
+		hi := at
+		if live {
+			ok = tb.AllowN(names[k], cost)
+			at, hi = lo, Now()
+		} else {
+			ok = tb.AllowAt(names[k], cost, at)
+		}
+		res.Calls++
+		if ok {
+			res.Allowed[k] = append(res.Allowed[k], [3]int64{at, hi, cost})
+		}
+	}
+	for k := range excluded {
+		res.Excluded = append(res.Excluded, k)
+	}
+	res.Counts = tb.Counters()
+	return json.NewEncoder(os.Stdout).Encode(res)
 }

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
@@ -92,7 +94,8 @@ func Open(path string, p Policy, opts ...Option) (*Table, error) {
 }
 
 // ensureDir creates dir (0700) if missing and refuses a directory in which
-// another user could replace our files.
+// another user could replace our files: one owned by another user (root
+// excepted), or writable by group or others without the sticky bit.
 func ensureDir(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -120,8 +123,11 @@ func ensureDir(dir string) error {
 	if st.Uid != euid && st.Uid != 0 {
 		return fmt.Errorf("sharedbucket: directory %s is owned by uid %d, not %d: refused", dir, st.Uid, euid)
 	}
-	if st.Uid != euid && st.Mode&0o002 != 0 && st.Mode&unix.S_ISVTX == 0 {
-		return fmt.Errorf("sharedbucket: directory %s is world-writable without the sticky bit: refused", dir)
+	if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+		// Anyone who may write the directory may rename or replace the
+		// table files in it, whoever owns them; the sticky bit stops that.
+		return fmt.Errorf("sharedbucket: directory %s has mode %#o: writable by group or others without the sticky bit, so they could replace table files: refused (chmod go-w %s, or use a private directory)",
+			dir, st.Mode&0o7777, dir)
 	}
 	return nil
 }
@@ -161,6 +167,21 @@ func attach(path string, p Policy, c canon, slots int, cfg *config) (*Table, err
 	if h.total != st.Size {
 		return nil, fmt.Errorf("sharedbucket: %s: %w: file is %d bytes, header says %d (truncated?)", path, ErrCorrupt, st.Size, h.total)
 	}
+	if h.clock != clockID {
+		return nil, fmt.Errorf("sharedbucket: %s: %w: clock id %d, this platform's is %d", path, ErrCorrupt, h.clock, clockID)
+	}
+	if st.Blocks*512 < st.Size {
+		// A sparse file: touching a hole in the mapping when the filesystem
+		// is full is a SIGBUS, so reserve every block now or refuse.
+		alloc := allocate
+		if allocateHook != nil {
+			alloc = allocateHook
+		}
+		if err := alloc(fd, h.total, true); err != nil {
+			return nil, fmt.Errorf("sharedbucket: %s: %w: sparse file (%d of %d bytes allocated) that cannot be allocated: %v",
+				path, ErrCorrupt, st.Blocks*512, st.Size, err)
+		}
+	}
 	if boot := bootID(); boot != h.boot && boot != ([16]byte{}) {
 		return nil, replaceStale(path, &st, p, c, slots, cfg)
 	}
@@ -172,6 +193,10 @@ func attach(path string, p Policy, c canon, slots int, cfg *config) (*Table, err
 	if err != nil {
 		return nil, fmt.Errorf("sharedbucket: mmap %s: %w", path, err)
 	}
+	// Creators killed before publishing leave temporary files; attaching
+	// processes clear them too, not only the next creator.
+	dir, base := filepath.Split(path)
+	sweepTemps(dir, base)
 	return newTable(path, mem, h, cfg), nil
 }
 
@@ -188,6 +213,14 @@ func checkFile(path string, st *unix.Stat_t, cfg *config) error {
 	}
 	return nil
 }
+
+// allocateHook, when set (by tests), replaces allocate for an existing
+// sparse file.
+var allocateHook func(fd int, size int64, existing bool) error
+
+// testHookTempCreated, when set (by tests), runs between a temporary file's
+// creation and its builder's lock.
+var testHookTempCreated func(tmp string)
 
 // testHookBeforePublish, when set (by tests), runs after a new file is
 // complete under its temporary name and before it is published.
@@ -213,7 +246,7 @@ func create(path string, p Policy, c canon, slots int, cfg *config) error {
 	if err == unix.EPERM || err == unix.EOPNOTSUPP || err == unix.ENOSYS {
 		// A filesystem without hard links: rename, but never over an
 		// existing name (plain rename would replace a live table).
-		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+		err = renameNoReplace(tmp, path)
 	}
 	switch err {
 	case nil, unix.EEXIST: // ours, or another creator's: attach to whichever won
@@ -241,8 +274,20 @@ func buildTemp(dir, base string, p Policy, c canon, slots int, cfg *config) (str
 		unix.Unlink(tmp)
 		return "", -1, err
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if testHookTempCreated != nil {
+		testHookTempCreated(tmp)
+	}
+	// Why a blocking lock and a re-check: between our create and our lock,
+	// another opener sweeping temporary files may lock this one, take it for
+	// a dead builder's and unlink it. We wait out its lock, then make sure
+	// the name is still ours; if not, build again.
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
 		return fail(fmt.Errorf("sharedbucket: lock %s: %w", tmp, err))
+	}
+	var mine, named unix.Stat_t
+	if unix.Fstat(fd, &mine) != nil || unix.Lstat(tmp, &named) != nil || mine.Ino != named.Ino || mine.Dev != named.Dev {
+		unix.Close(fd)
+		return "", -1, errRetry
 	}
 	if err := unix.Fchmod(fd, uint32(cfg.mode)); err != nil { // the umask may have cut bits
 		return fail(fmt.Errorf("sharedbucket: chmod %s: %w", tmp, err))
@@ -251,6 +296,7 @@ func buildTemp(dir, base string, p Policy, c canon, slots int, cfg *config) (str
 		slots:   slots,
 		total:   headerSize + int64(slots)*slotSize,
 		boot:    bootID(),
+		clock:   clockID,
 		canon:   c,
 		limit:   p.Limit,
 		window:  p.Window,
@@ -265,18 +311,30 @@ func buildTemp(dir, base string, p Policy, c canon, slots int, cfg *config) (str
 	copy(h.nonce[:], key[16:])
 	// Reserve every block now: a hole in a shared mapping that cannot be
 	// filled later (full tmpfs or disk) would be a SIGBUS on the hot path.
-	if err := unix.Fallocate(fd, 0, 0, h.total); err != nil {
-		if err != unix.EOPNOTSUPP && err != unix.ENOSYS {
-			return fail(fmt.Errorf("sharedbucket: reserve %d bytes for %s: %w", h.total, tmp, err))
-		}
-		if err := unix.Ftruncate(fd, h.total); err != nil {
-			return fail(fmt.Errorf("sharedbucket: size %s: %w", tmp, err))
-		}
+	if err := unix.Ftruncate(fd, h.total); err != nil {
+		return fail(fmt.Errorf("sharedbucket: size %s: %w", tmp, err))
+	}
+	if err := allocate(fd, h.total, false); err != nil {
+		return fail(fmt.Errorf("sharedbucket: reserve %d bytes for %s: %w", h.total, tmp, err))
 	}
 	if n, err := unix.Pwrite(fd, h.encode(), 0); err != nil || n != headerSize {
 		return fail(fmt.Errorf("sharedbucket: write header of %s: %d bytes, %v", tmp, n, err))
 	}
 	return tmp, fd, nil
+}
+
+// writeZeros writes size zero bytes at the start of a new (private) file, so
+// that every block is allocated.
+func writeZeros(fd int, size int64) error {
+	zeros := make([]byte, 64<<10)
+	for off := int64(0); off < size; {
+		n, err := unix.Pwrite(fd, zeros[:min(int64(len(zeros)), size-off)], off)
+		if err != nil {
+			return err
+		}
+		off += int64(n)
+	}
+	return nil
 }
 
 // sweepTemps removes temporary files of base left by builders that died:
@@ -296,7 +354,10 @@ func sweepTemps(dir, base string) {
 		if err != nil {
 			continue
 		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+		var locked, named unix.Stat_t
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil &&
+			unix.Fstat(fd, &locked) == nil && unix.Lstat(name, &named) == nil &&
+			locked.Ino == named.Ino && locked.Dev == named.Dev {
 			unix.Unlink(name)
 		}
 		unix.Close(fd)
@@ -336,8 +397,10 @@ func replaceStale(path string, stale *unix.Stat_t, p Policy, c canon, slots int,
 	return errRetry
 }
 
-// mapping helpers shared by Table.
-
-func slotAt(slots unsafe.Pointer, i uint64) *slot {
-	return (*slot)(unsafe.Add(slots, i*slotSize))
+// unmapShared replaces the shared mapping at base in place by private
+// anonymous memory (see Table.Close).
+func unmapShared(base unsafe.Pointer, size uintptr) error {
+	_, err := unix.MmapPtr(-1, 0, base, size, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_PRIVATE|unix.MAP_ANON|unix.MAP_FIXED)
+	return err
 }

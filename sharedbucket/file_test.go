@@ -1,12 +1,16 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,10 +153,17 @@ func TestCorrupt(t *testing.T) {
 		"future version": {func(t *testing.T, p string) {
 			raw, err := os.ReadFile(p)
 			require.NoError(t, err)
-			binary.LittleEndian.PutUint64(raw[8:], 2)
+			binary.LittleEndian.PutUint64(raw[8:], formatVersion+1)
 			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
 			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "format version 2"},
+		}, "format version 3"},
+		"older version": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[8:], 1)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "an older version: stop the processes using it, then remove the file"},
 		"bad slot count": {func(t *testing.T, p string) {
 			raw, err := os.ReadFile(p)
 			require.NoError(t, err)
@@ -266,7 +277,7 @@ func TestDefaultDir(t *testing.T) {
 // CLOCK_MONOTONIC readings from another uptime; it is replaced, not trusted.
 func TestStaleBootReplaced(t *testing.T) {
 	if bootID() == ([16]byte{}) {
-		t.Skip("no " + bootIDPath + ": reboots cannot be detected here")
+		t.Skip("no boot identity: reboots cannot be detected here")
 	}
 	dir := tmpfsDir(t)
 	path := filepath.Join(dir, "b.sbt")
@@ -319,7 +330,7 @@ func TestCloseUnderLoad(t *testing.T) {
 		go func() {
 			n := 0
 			bk := tb.Bucket("k" + strconv.Itoa(g))
-			for tb.Allow("x") && bk.TryAcquire(1) {
+			for tb.Allow("x") && bk.AllowN(1) {
 				n++
 			}
 			done <- n
@@ -354,4 +365,107 @@ func FuzzDecodeHeader(f *testing.F) {
 		require.GreaterOrEqual(t, h.canon.burst, int64(1))
 		require.Less(t, h.canon.tau(), maxTau)
 	})
+}
+
+// TestRacingCreators: 32 goroutines open one fresh path at once, round
+// after round; every Open succeeds, all agree on one file, and no temporary
+// file is left. Before the fix another creator's sweep could lock a new
+// temporary file before its owner did, and the owner's Open failed with
+// "resource temporarily unavailable".
+func TestRacingCreators(t *testing.T) {
+	const goroutines, rounds = 32, 100
+	dir := tmpfsDir(t)
+	for r := range rounds {
+		path := filepath.Join(dir, "r"+strconv.Itoa(r)+".sbt")
+		nonces := make([][16]byte, goroutines)
+		errs := make([]error, goroutines)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				tb, err := Open(path, fileP, WithSlots(64))
+				if errs[g] = err; err == nil {
+					nonces[g] = tb.nonce
+					tb.Close()
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		for g := range goroutines {
+			require.NoError(t, errs[g], "round %d goroutine %d", r, g)
+			require.Equal(t, nonces[0], nonces[g], "round %d: goroutines disagree on the file", r)
+		}
+	}
+	assert.Len(t, entries(t, dir), rounds, "one file per round and no temporary file")
+}
+
+// TestSweepBeforeOwnerLocks makes the race of TestRacingCreators certain:
+// another opener's sweep locks a new temporary file before its builder
+// does (and, finding it unlocked, takes it for dead and removes it). The
+// builder waits out that lock, sees its file gone and builds again.
+func TestSweepBeforeOwnerLocks(t *testing.T) {
+	dir := tmpfsDir(t)
+	var once sync.Once
+	swept := make(chan struct{})
+	testHookTempCreated = func(tmp string) {
+		once.Do(func() {
+			fd, err := unix.Open(tmp, unix.O_RDWR, 0)
+			require.NoError(t, err)
+			require.NoError(t, unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB))
+			go func() { // the sweeper finishes while the builder waits
+				defer close(swept)
+				unix.Unlink(tmp)
+				unix.Close(fd)
+			}()
+		})
+	}
+	defer func() { testHookTempCreated = nil }()
+	tb, err := Open(filepath.Join(dir, "x.sbt"), fileP)
+	<-swept
+	require.NoError(t, err)
+	defer tb.Close()
+	assert.True(t, tb.Allow("k"))
+	assert.Equal(t, []string{"x.sbt"}, entries(t, dir))
+}
+
+// TestSweepOnAttach: temporary files left by killed creators are removed
+// by a process that attaches to the existing table, not only by the next
+// creator.
+func TestSweepOnAttach(t *testing.T) {
+	dir := tmpfsDir(t)
+	path := filepath.Join(dir, "a.sbt")
+	tb, err := Open(path, fileP)
+	require.NoError(t, err)
+	defer tb.Close()
+	for i := range 5 {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ".a.sbt.tmp-dead"+strconv.Itoa(i)), []byte("x"), 0o600))
+	}
+	again, err := Open(path, fileP)
+	require.NoError(t, err)
+	defer again.Close()
+	assert.Equal(t, []string{"a.sbt"}, entries(t, dir))
+}
+
+// TestDirWritableByOthers: a directory writable by group or others without
+// the sticky bit is refused, even our own, with the mode and the fix named.
+func TestDirWritableByOthers(t *testing.T) {
+	for _, mode := range []os.FileMode{0o777, 0o757, 0o770} {
+		dir := filepath.Join(tmpfsDir(t), "d")
+		require.NoError(t, os.Mkdir(dir, 0o700))
+		require.NoError(t, os.Chmod(dir, mode))
+		_, err := NewArena(dir)
+		require.Error(t, err, "mode %o", mode)
+		assert.ErrorContains(t, err, fmt.Sprintf("mode %#o", mode))
+		assert.ErrorContains(t, err, "chmod go-w "+dir)
+		_, err = Open(filepath.Join(dir, "x.sbt"), fileP)
+		assert.Error(t, err)
+	}
+	dir := filepath.Join(tmpfsDir(t), "sticky")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, os.Chmod(dir, 0o777|os.ModeSticky))
+	a, err := NewArena(dir)
+	require.NoError(t, err, "the sticky bit stops others replacing our files")
+	require.NoError(t, a.Close())
 }

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
@@ -156,12 +158,12 @@ func TestBadInput(t *testing.T) {
 		assert.False(t, tb.AllowAt(tc.key, tc.cost, t0), "AllowAt(%.10q, %d)", tc.key, tc.cost)
 		assert.Equal(t, Never, tb.RetryAfterN(tc.key, tc.cost), "RetryAfterN(%.10q, %d)", tc.key, tc.cost)
 		assert.Equal(t, Never, tb.RetryAfterAt(tc.key, tc.cost, t0))
-		assert.False(t, tb.Bucket(tc.key).TryAcquire(tc.cost))
-		assert.Equal(t, Never, tb.Bucket(tc.key).RetryAfter(tc.cost))
+		assert.False(t, tb.Bucket(tc.key).AllowN(tc.cost))
+		assert.Equal(t, Never, tb.Bucket(tc.key).RetryAfterN(tc.cost))
 	}
 	assert.Equal(t, 0.0, tb.Remaining(""))
 	assert.Equal(t, 0.0, tb.Remaining(long))
-	assert.Equal(t, 0.0, tb.Bucket("").Available())
+	assert.Equal(t, 0.0, tb.Bucket("").Remaining())
 	tb.Reset("")
 	tb.Forget(long)
 	// Times outside [0, 2^62) are refused, not wrapped.
@@ -298,31 +300,31 @@ func TestBucket(t *testing.T) {
 	tb := openTemp(t, p)
 	b1 := tb.Bucket("hot")
 	b2 := tb.Bucket("hot")
-	assert.Equal(t, 4.0, b1.AvailableAt(t0))
-	assert.True(t, b1.TryAcquireAt(3, t0))
-	assert.Equal(t, 1.0, b2.AvailableAt(t0), "handles on one key share one bucket")
+	assert.Equal(t, 4.0, b1.RemainingAt(t0))
+	assert.True(t, b1.AllowAt(3, t0))
+	assert.Equal(t, 1.0, b2.RemainingAt(t0), "handles on one key share one bucket")
 	assert.Equal(t, 1.0, tb.RemainingAt("hot", t0), "and the Table sees it")
-	assert.False(t, b2.TryAcquireAt(2, t0))
+	assert.False(t, b2.AllowAt(2, t0))
 	assert.True(t, tb.AllowAt("hot", 1, t0))
-	assert.False(t, b1.TryAcquireAt(1, t0+T-1))
-	assert.True(t, b1.TryAcquireAt(1, t0+T))
+	assert.False(t, b1.AllowAt(1, t0+T-1))
+	assert.True(t, b1.AllowAt(1, t0+T))
 
 	// The slot is reclaimed by another key once the bucket is full; the
 	// handle follows its key to a new slot rather than spending on another's.
 	tb.Forget("hot")
 	assert.True(t, tb.AllowAt("other", 4, t0+T))
-	assert.True(t, b1.TryAcquireAt(4, t0+T))
+	assert.True(t, b1.AllowAt(4, t0+T))
 	assert.Equal(t, 0.0, tb.RemainingAt("other", t0+T))
 	assert.Equal(t, 0.0, tb.RemainingAt("hot", t0+T))
-	assert.False(t, b1.TryAcquireAt(1, t0+T))
+	assert.False(t, b1.AllowAt(1, t0+T))
 
 	// Live clock.
 	b3 := tb.Bucket("live")
-	assert.True(t, b3.TryAcquire(4))
-	assert.False(t, b3.TryAcquire(1))
-	assert.Greater(t, b3.RetryAfter(1), time.Duration(0))
-	assert.LessOrEqual(t, b3.RetryAfter(1), time.Duration(T))
-	assert.Less(t, b3.Available(), 1.0)
+	assert.True(t, b3.AllowN(4))
+	assert.False(t, b3.AllowN(1))
+	assert.Greater(t, b3.RetryAfter(), time.Duration(0))
+	assert.LessOrEqual(t, b3.RetryAfter(), time.Duration(T))
+	assert.Less(t, b3.Remaining(), 1.0)
 	st := tb.Stats()
 	assert.EqualValues(t, 6, st.Allowed)
 	assert.EqualValues(t, 4, st.Denied)
@@ -362,7 +364,7 @@ func TestCloseDenies(t *testing.T) {
 	require.NoError(t, tb.Close(), "Close is idempotent")
 	assert.False(t, tb.Allow("k"))
 	assert.False(t, tb.AllowAt("k", 1, t0))
-	assert.False(t, bk.TryAcquire(1))
+	assert.False(t, bk.AllowN(1))
 	assert.Equal(t, Never, tb.RetryAfter("k"))
 	assert.Equal(t, 0.0, tb.Remaining("k"))
 	assert.Zero(t, tb.Stats().Keys)
@@ -388,7 +390,7 @@ func TestCoarseClock(t *testing.T) {
 	assert.Greater(t, tb.now(), first)
 
 	assert.True(t, tb.Allow("k"))
-	assert.True(t, tb.Bucket("k").TryAcquire(1))
+	assert.True(t, tb.Bucket("k").AllowN(1))
 	assert.False(t, tb.Allow("k"))
 	assert.False(t, live.Allow("k"), "a live-clock handle shares the bucket")
 	assert.Greater(t, tb.RetryAfter("k"), 29*time.Minute)
@@ -407,7 +409,7 @@ func TestNoFailOpenUnderContention(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			bk := tb.Bucket("hot")
 			for range 200_000 {
-				bk.TryAcquire(1)
+				bk.AllowN(1)
 			}
 		}()
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // hashKey is SipHash-1-3 of key under the table's 128-bit random key (k0,
-// k1), with 0 (the empty-slot marker) mapped to 1.
+// k1), cut to 63 bits, with 0 (the empty-slot marker) mapped to 1.
 //
 // Why SipHash and not FNV or hash/maphash: the hash must be the same in
 // every process (maphash seeds are per process), and it must be keyed with a
@@ -16,7 +16,7 @@ import (
 // standard library uses for the same reason; it is frozen by the format
 // version.
 func hashKey(k0, k1 uint64, key string) uint64 {
-	h := sip13(k0, k1, key)
+	h := sip13(k0, k1, key) &^ lockBit // the top bit belongs to the slot protocol
 	if h == 0 {
 		h = 1
 	}

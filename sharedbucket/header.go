@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// File format, version 1. All integers little-endian at 8-byte offsets.
+// File format, version 2. All integers little-endian at 8-byte offsets.
 //
 //	0    magic "SLUICEBT"
 //	8    format version (1)
@@ -16,7 +16,7 @@ import (
 //	32   slot count (a power of two)
 //	40   slots offset (4096)
 //	48   total file size
-//	56   clock id (1 = CLOCK_MONOTONIC)
+//	56   clock id (1 = Linux CLOCK_MONOTONIC, 2 = macOS mach_absolute_time)
 //	64   boot id (16 bytes)
 //	80   T, ns per token
 //	88   b, burst in tokens
@@ -29,19 +29,24 @@ import (
 //	160  creation wall time, Unix ns
 //	168  CRC-32C of bytes [0, 168)
 //
-// The header is immutable once the file has a name; the rest of the first
-// page is reserved. Slots follow at 4096: {key uint64, tat int64}, where key
+// The header is immutable once the file has a name. Bytes [2048, 4096) of
+// the first page hold 256 floor words (int64 clock readings, see
+// Table.claim); the rest is reserved. Version 2 changed the slot protocol
+// (key words of 63 bits, a lock bit, floors): version 1 files are refused. Slots follow at 4096: {key uint64, tat int64}, where key
 // is the full keyed hash of the key (0 = empty) and tat is the theoretical
-// arrival time in CLOCK_MONOTONIC ns (≤ now means a full bucket).
+// arrival time in ns of the clock named at 56 (≤ now means a full bucket).
 const (
-	magic          = "SLUICEBT"
-	formatVersion  = 1
-	headerSize     = 4096
-	slotSize       = 16
-	clockMonotonic = 1
-	hashSip13      = 1
-	probeWindow    = 8
-	crcOffset      = 168
+	magic         = "SLUICEBT"
+	formatVersion = 2
+	headerSize    = 4096
+	slotSize      = 16
+	hashSip13     = 1
+	probeWindow   = 8
+	crcOffset     = 168
+	floorsOffset  = 2048
+	floorCount    = 256
+	clockLinux    = 1 // CLOCK_MONOTONIC
+	clockDarwin   = 2 // mach_absolute_time in ns (CLOCK_UPTIME_RAW)
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -57,6 +62,7 @@ type header struct {
 	k0, k1  uint64
 	nonce   [16]byte
 	created int64
+	clock   int64 // clock id
 }
 
 func (h *header) encode() []byte {
@@ -69,7 +75,7 @@ func (h *header) encode() []byte {
 	le.PutUint64(buf[32:], uint64(h.slots))
 	le.PutUint64(buf[40:], headerSize)
 	le.PutUint64(buf[48:], uint64(h.total))
-	le.PutUint64(buf[56:], clockMonotonic)
+	le.PutUint64(buf[56:], uint64(h.clock))
 	copy(buf[64:80], h.boot[:])
 	le.PutUint64(buf[80:], uint64(h.canon.interval))
 	le.PutUint64(buf[88:], uint64(h.canon.burst))
@@ -99,6 +105,9 @@ func decodeHeader(buf []byte) (*header, error) {
 	}
 	le := binary.LittleEndian
 	if v := le.Uint64(buf[8:]); v != formatVersion {
+		if v < formatVersion {
+			return nil, bad("format version %d, this code reads %d (a table made by an older version: stop the processes using it, then remove the file)", v, formatVersion)
+		}
 		return nil, bad("format version %d, this code reads %d", v, formatVersion)
 	}
 	if got, want := le.Uint32(buf[crcOffset:]), crc32.Checksum(buf[:crcOffset], castagnoli); got != want {
@@ -113,6 +122,7 @@ func decodeHeader(buf []byte) (*header, error) {
 		k0:      le.Uint64(buf[128:]),
 		k1:      le.Uint64(buf[136:]),
 		created: int64(le.Uint64(buf[160:])),
+		clock:   int64(le.Uint64(buf[56:])),
 	}
 	copy(h.boot[:], buf[64:80])
 	copy(h.nonce[:], buf[144:160])
@@ -125,8 +135,8 @@ func decodeHeader(buf []byte) (*header, error) {
 		return nil, bad("slot count %d is not a power of two in [%d, %d]", h.slots, minSlots, MaxSlots)
 	case h.total != headerSize+int64(h.slots)*slotSize:
 		return nil, bad("total size %d for %d slots", h.total, h.slots)
-	case le.Uint64(buf[56:]) != clockMonotonic:
-		return nil, bad("clock id %d", le.Uint64(buf[56:]))
+	case h.clock != clockLinux && h.clock != clockDarwin:
+		return nil, bad("clock id %d", h.clock)
 	case le.Uint64(buf[112:]) != probeWindow, le.Uint64(buf[120:]) != hashSip13:
 		return nil, bad("probe window %d / hash id %d", le.Uint64(buf[112:]), le.Uint64(buf[120:]))
 	case h.canon.interval < 1 || h.canon.burst < 1 || h.canon.interval > (maxTau-1)/h.canon.burst:

@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package sharedbucket
 
 import (
@@ -38,7 +40,7 @@ func remainingH(tb *Table, h uint64, now int64) float64 {
 	if s == nil {
 		return float64(tb.burst)
 	}
-	return tb.remaining(tb.debtOf(s, now, false))
+	return tb.remaining(tb.debtOf(h, s, now, false))
 }
 
 // TestLookupBeforeClaim: a drained key one slot past a reclaimable one must
@@ -47,18 +49,18 @@ func remainingH(tb *Table, h uint64, now int64) float64 {
 func TestLookupBeforeClaim(t *testing.T) {
 	tb := openTemp(t, slotPolicy, WithSlots(64))
 	a, b := hashAt(5, 1), hashAt(5, 2)
-	require.True(t, tb.decide(b, 1, t0-slotT/2, false)) // b at pos 0, full again at t0+T/2
-	require.True(t, tb.decide(a, 10, t0, false))        // a at pos 1, drained
+	require.True(t, tb.decideFrom(b, 1, t0-slotT/2, false, nil).ok) // b at pos 0, full again at t0+T/2
+	require.True(t, tb.decideFrom(a, 10, t0, false, nil).ok)        // a at pos 1, drained
 	require.Equal(t, 0, pos(tb, b))
 	require.Equal(t, 1, pos(tb, a))
 
 	now := t0 + slotT*3/4
-	assert.False(t, tb.decide(a, 1, now, false), "a is drained wherever it sits")
+	assert.False(t, tb.decideFrom(a, 1, now, false, nil).ok, "a is drained wherever it sits")
 	assert.Equal(t, 0, pos(tb, b), "b's reclaimable slot was not claimed")
 	assert.Equal(t, 1, pos(tb, a))
 	allowed := 0
 	for range 10 {
-		if tb.decide(a, 1, now+slotT, false) {
+		if tb.decideFrom(a, 1, now+slotT, false, nil).ok {
 			allowed++
 		}
 	}
@@ -76,14 +78,14 @@ func TestEvictionNearestToFull(t *testing.T) {
 		keys = append(keys, h)
 		// Debts 8T, 3T, 9T, ... : key 1 has the smallest.
 		cost := []int64{8, 3, 9, 5, 4, 10, 6, 7}[i]
-		require.True(t, tb.decide(h, cost, t0, false))
+		require.True(t, tb.decideFrom(h, cost, t0, false, nil).ok)
 		require.Equal(t, int(i), pos(tb, h))
 	}
 	before := remainingH(tb, keys[1], t0)
 	require.Equal(t, 7.0, before)
 
 	newKey := hashAt(9, 999)
-	assert.True(t, tb.decide(newKey, 1, t0, false), "a full window never denies a new key")
+	assert.True(t, tb.decideFrom(newKey, 1, t0, false, nil).ok, "a full window never denies a new key")
 	assert.Equal(t, 1, pos(tb, newKey), "took the slot nearest to full")
 	assert.Equal(t, -1, pos(tb, keys[1]))
 	assert.Equal(t, 9.0, remainingH(tb, newKey, t0), "the victim's debt was forgiven, not charged to the new key")
@@ -101,10 +103,10 @@ func TestEvictionNearestToFull(t *testing.T) {
 func TestFullWindowOfDrainedKeys(t *testing.T) {
 	tb := openTemp(t, slotPolicy, WithSlots(8))
 	for i := range uint64(8) {
-		require.True(t, tb.decide(hashAt(0, 1+i), 10, t0, false))
+		require.True(t, tb.decideFrom(hashAt(0, 1+i), 10, t0, false, nil).ok)
 	}
 	for i := range uint64(20) {
-		assert.True(t, tb.decide(hashAt(0, 500+i), 1, t0, false), "new key %d", i)
+		assert.True(t, tb.decideFrom(hashAt(0, 500+i), 1, t0, false, nil).ok, "new key %d", i)
 	}
 	assert.EqualValues(t, 20, tb.Stats().Evicted)
 }
@@ -114,12 +116,14 @@ func TestFullWindowOfDrainedKeys(t *testing.T) {
 func TestReclaimFullBucket(t *testing.T) {
 	tb := openTemp(t, slotPolicy, WithSlots(8))
 	for i := range uint64(8) {
-		require.True(t, tb.decide(hashAt(0, 1+i), 10, t0, false))
+		require.True(t, tb.decideFrom(hashAt(0, 1+i), 10, t0, false, nil).ok)
 	}
-	// By t0+τ every bucket is full: all 8 slots are free.
-	later := t0 + 10*slotT
+	// By t0+τ every bucket is full: all 8 slots are free. (At exactly t0+τ
+	// a new owner would start 1 ns in debt: its starting TAT must differ
+	// from the one it replaces, see takeOver.)
+	later := t0 + 10*slotT + 1
 	for i := range uint64(8) {
-		require.True(t, tb.decide(hashAt(0, 50+i), 10, later, false))
+		require.True(t, tb.decideFrom(hashAt(0, 50+i), 10, later, false, nil).ok)
 	}
 	assert.Zero(t, tb.Stats().Evicted)
 	for i := range uint64(8) {
@@ -157,7 +161,7 @@ func TestGivenBackSlotForgiven(t *testing.T) {
 	s := slotAt(tb.slots, 30)
 	s.tat.Store(t0 + 5*slotT) // debt, no key
 	h := hashAt(30, 1)
-	require.True(t, tb.decide(h, 10, t0, false), "a fresh key has its whole burst")
+	require.True(t, tb.decideFrom(h, 10, t0, false, nil).ok, "a fresh key has its whole burst")
 	assert.Equal(t, 0, pos(tb, h))
 }
 

@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // MaxKeyLen is the longest key the table accepts, in bytes.
@@ -21,18 +19,29 @@ const maxCASTries = 1024
 // maxClaimRounds bounds the slot-claim loop the same way.
 const maxClaimRounds = 64
 
+// MaxSkew is how far back of the newest time any caller has used an
+// explicit time (…At methods) may lie and still be judged exactly; see
+// Table.AllowAt.
+const MaxSkew = time.Second
+
 // repairSlack: a writer stores at most its own clock reading + τ, and a
 // reading is at most a preemption old when it is used. So a TAT more than
 // τ + repairSlack ahead of a fresh reading is a damaged word (or comes from a
-// caller of an …At method whose clock is that far behind the others'): the
-// allow path rewrites it to now+τ ("empty"), so a garbage word costs at most
-// one bucket's worth of waiting instead of an arbitrary lockout.
-const repairSlack = int64(time.Second)
+// caller of an …At method whose clock is more than MaxSkew behind the
+// others'): the allow path rewrites it to now+τ ("empty"), so a garbage word
+// costs at most one bucket's worth of waiting instead of an arbitrary
+// lockout.
+const repairSlack = int64(MaxSkew)
+
+// lockBit marks a key word whose slot is changing owner (see takeOver); the
+// other 63 bits name the owner being replaced (0 for an empty slot). Hashes
+// never have it set.
+const lockBit = uint64(1) << 63
 
 // slot is one key's state in the shared mapping. Both words change only by
 // atomic operations; see the package doc for their meaning.
 type slot struct {
-	key atomic.Uint64 // keyed hash of the key; 0 = empty
+	key atomic.Uint64 // keyed hash of the key; 0 = empty; lockBit: changing owner
 	tat atomic.Int64  // theoretical arrival time, CLOCK_MONOTONIC ns
 }
 
@@ -44,7 +53,7 @@ type slot struct {
 // every decision is a denial (and RetryAfter reports Never).
 //
 // Bad input never panics: an empty key, a key longer than MaxKeyLen, or a
-// cost below 1 or above the burst makes AllowN (and Bucket.TryAcquire)
+// cost below 1 or above the burst makes AllowN (and Bucket.AllowN)
 // return false and RetryAfterN return Never; those calls are not counted in
 // Stats.
 type Table struct {
@@ -75,10 +84,11 @@ type Table struct {
 // rareCounters are written only on rare paths, but still kept off the lines
 // the hot path reads.
 type rareCounters struct {
-	_         [64]byte
-	evicted   atomic.Uint64
-	contended atomic.Uint64
-	_         [48]byte
+	_          [64]byte
+	evicted    atomic.Uint64
+	contended  atomic.Uint64
+	duplicates atomic.Uint64
+	_          [40]byte
 }
 
 func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
@@ -126,39 +136,148 @@ func (t *Table) AllowN(key string, cost int64) bool {
 	if !t.validCall(key, cost) {
 		return false
 	}
-	return t.decide(hashKey(t.k0, t.k1, key), cost, 0, true)
+	h := hashKey(t.k0, t.k1, key)
+	return t.decideFrom(h, cost, t.now(), true, nil).ok
 }
 
-// AllowAt is AllowN with an explicit time: now is a CLOCK_MONOTONIC reading
-// in nanoseconds (see Now), or any other clock all callers of this table
-// share, in [0, 2^62). Callers must not pass times more than a second older
-// than other callers' (a TAT further ahead than b·T + 1 s is taken for a
-// damaged word and repaired). It returns false for a now outside that range.
+// AllowAt is AllowN with an explicit time: now is a reading of the host's
+// monotonic clock in nanoseconds (see Now), or any other clock all callers
+// of this table share, in [0, 2^62). It returns false for a now outside
+// that range.
+//
+// The bound holds for explicit times that lie within MaxSkew of one another:
+// a caller may pass a time up to MaxSkew older than the newest time any
+// caller has used (a decision dated that far back is judged against
+// everything decided since, so it can only be tighter). Beyond MaxSkew a
+// stored time looks like a damaged word and is repaired, which loosens.
 func (t *Table) AllowAt(key string, cost, now int64) bool {
 	if !t.validCall(key, cost) || !validNow(now) {
 		return false
 	}
-	return t.decide(hashKey(t.k0, t.k1, key), cost, now, false)
+	return t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil).ok
 }
 
-// decide finds or claims h's slot and spends cost on it. With live set it
-// reads the clock itself, once per call.
-func (t *Table) decide(h uint64, cost, now int64, live bool) bool {
-	if live {
-		now = t.now()
+// Decision is one decision with its figures, all from the same read of the
+// key's bucket (and, when allowed, the same compare-and-swap): what a
+// service puts in its response headers.
+type Decision struct {
+	Allowed bool
+	// Remaining is the tokens left in the bucket after the decision, as a
+	// fraction in [0, burst].
+	Remaining float64
+	// RetryAfter is 0 when allowed; for a denial, how long until the same
+	// request would be allowed if nobody else spends meanwhile. It is Never
+	// when no wait can help (invalid key, cost outside [1, burst], closed
+	// table).
+	RetryAfter time.Duration
+	// ResetAfter is how long until the bucket is full again.
+	ResetAfter time.Duration
+}
+
+// Decide is shorthand for DecideN(key, 1).
+func (t *Table) Decide(key string) Decision { return t.DecideN(key, 1) }
+
+// DecideN is AllowN with the figures of the same decision: it costs one
+// hash, one probe and (when allowed) one CAS, like AllowN. A call given up
+// under contention (Stats.Contended) reports an empty bucket: Remaining 0,
+// ResetAfter b·T and, when denied, RetryAfter cost·T.
+func (t *Table) DecideN(key string, cost int64) Decision {
+	if !t.validCall(key, cost) {
+		return Decision{RetryAfter: Never}
 	}
-	s := t.slotFor(h, now)
-	var ok bool
+	h := hashKey(t.k0, t.k1, key)
+	return t.decision(t.decideFrom(h, cost, t.now(), true, nil), cost)
+}
+
+// DecideAt is DecideN at an explicit time (see AllowAt).
+func (t *Table) DecideAt(key string, cost, now int64) Decision {
+	if !t.validCall(key, cost) || !validNow(now) {
+		return Decision{RetryAfter: Never}
+	}
+	return t.decision(t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil), cost)
+}
+
+// decision turns an outcome into its figures.
+func (t *Table) decision(o outcome, cost int64) Decision {
+	// The debt of an outcome lies in [0, τ], so the quotient needs no clamp
+	// (Go's float min and max cost a few ns for NaN handling).
+	d := Decision{Allowed: o.ok, Remaining: float64(t.tau-o.debt) / float64(t.interval), ResetAfter: time.Duration(o.debt)}
+	if !o.ok {
+		d.RetryAfter = t.retryAfter(o.debt, cost)
+	}
+	return d
+}
+
+// outcome is what decideFrom found: the decision, the bucket's debt after it
+// (ns; 0 is a full bucket) and the slot it used (nil if none).
+type outcome struct {
+	s    *slot
+	debt int64
+	ok   bool
+}
+
+// maxMoves bounds how often one decision follows its key to another slot
+// (each move means the slot was taken over between the probe and the spend).
+const maxMoves = 16
+
+// decideFrom finds or claims h's slot (starting from s, a remembered slot
+// that may have moved on, or nil) and spends cost on it at now. With live
+// set, now is the caller's reading of the table's clock, which may be stale
+// by the time the slot is probed (a preempted caller): the claim path
+// re-reads the clock when it must, and a long CAS retry loop does too.
+func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcome {
 	if s == nil {
-		ok = t.contended()
-	} else {
-		ok = t.spend(s, cost, now, live)
+		s = t.find(h)
 	}
-	t.counts.add(ok)
-	return ok
+	if s != nil {
+		// The common case in one pass: the key's slot, one load of each
+		// word, one CAS. Anything else goes round the loop below.
+		tat := s.tat.Load()
+		if s.key.Load() == h {
+			need := cost * t.interval
+			var d int64
+			if tat > now {
+				d = tat - now
+			}
+			if d <= t.tau-need && s.tat.CompareAndSwap(tat, now+d+need) {
+				t.counts.add(true)
+				return outcome{s: s, debt: d + need, ok: true}
+			}
+		}
+	}
+	for range maxMoves {
+		if s == nil {
+			if s = t.find(h); s == nil {
+				if s, now = t.claim(h, now, live); s == nil {
+					break
+				}
+			}
+		}
+		switch r, debt := t.spend(s, h, cost, now, live); r {
+		case spendAllowed:
+			t.counts.add(true)
+			return outcome{s: s, debt: debt, ok: true}
+		case spendDenied:
+			t.counts.add(false)
+			return outcome{s: s, debt: debt}
+		case spendContended:
+			return t.gaveUp(s)
+		}
+		s = nil // the slot changed owner under us: find the key again
+	}
+	return t.gaveUp(nil)
 }
 
-// contended records a call that gave up under contention and returns its
+// gaveUp records a call that gave up under contention and returns its
+// answer: allowed (fail open) unless the handle fails closed, with the
+// figures of an empty bucket.
+func (t *Table) gaveUp(s *slot) outcome {
+	ok := t.contended()
+	t.counts.add(ok)
+	return outcome{s: s, debt: t.tau, ok: ok}
+}
+
+// contended counts a call given up under contention and returns its
 // answer: true (fail open) unless the handle fails closed.
 func (t *Table) contended() bool {
 	t.rare.contended.Add(1)
@@ -171,9 +290,24 @@ func (t *Table) validCall(key string, cost int64) bool {
 
 func validNow(now int64) bool { return now >= 0 && now < maxTau }
 
-// spend is the GCRA step on one slot: allowed iff max(tat, now) + cost·T −
+// Results of spend.
+const (
+	spendDenied = iota
+	spendAllowed
+	spendMoved // the slot no longer holds the key
+	spendContended
+)
+
+// spend is the GCRA step on h's slot s: allowed iff max(tat, now) + cost·T −
 // now ≤ τ, and then one CAS stores max(tat, now) + cost·T. A denial writes
-// nothing (except to repair a damaged word).
+// nothing (except to repair a damaged word). It returns the result and the
+// debt after the decision.
+//
+// Why the key is read after the TAT and before the CAS: a slot changes owner
+// only after its key word is locked (see claim), and the claimer then
+// replaces the TAT with a value no earlier reader holds. So a CAS that lands
+// was made against a TAT read while the slot still held h, and nothing
+// changed the TAT in between: the spend is h's, never the next owner's.
 //
 // Why the clock is read before the loop and not between Load and CAS: the
 // bound b + (e−s)/T holds for any decision time the caller used, and a
@@ -182,25 +316,28 @@ func validNow(now int64) bool { return now >= 0 && now < maxTau }
 // the line back and wins every race: measured, two goroutines on one key then
 // exhaust 1024 tries and fail open. Without it the window is a few ns. With
 // refresh set (the live clock) a long retry sequence re-reads the clock.
-func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
+func (t *Table) spend(s *slot, h uint64, cost, now int64, refresh bool) (int, int64) {
 	need := cost * t.interval
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
+		if s.key.Load() != h {
+			return spendMoved, 0
+		}
 		var d int64    // debt in ns; 0 means the bucket is full
 		if tat > now { // compare first: tat − now cannot overflow then
 			d = tat - now
 		}
 		if d > t.tau-need {
 			if d > t.tau+repairSlack {
-				t.repair(s, tat, now, refresh)
+				d = t.repair(s, tat, now, refresh)
 			}
-			return false
+			return spendDenied, min(d, t.tau)
 		}
 		if s.tat.CompareAndSwap(tat, now+d+need) {
-			return true
+			return spendAllowed, d + need
 		}
 		if try == maxCASTries {
-			return t.contended()
+			return spendContended, 0
 		}
 		if try%16 == 0 {
 			runtime.Gosched() // let whoever keeps winning the line finish
@@ -212,26 +349,19 @@ func (t *Table) spend(s *slot, cost, now int64, refresh bool) bool {
 }
 
 // repair rewrites a TAT that lies more than τ + repairSlack ahead of now to
-// now+τ (an empty bucket). With the live clock it first re-reads the clock,
-// so a caller that slept between its reading and its load (SIGSTOP, a long
-// preemption) cannot mistake a fresh TAT for a damaged one.
-func (t *Table) repair(s *slot, tat, now int64, refresh bool) {
+// now+τ (an empty bucket) and returns the debt it leaves. With the live
+// clock it first re-reads the clock, so a caller that slept between its
+// reading and its load (SIGSTOP, a long preemption) cannot mistake a fresh
+// TAT for a damaged one.
+func (t *Table) repair(s *slot, tat, now int64, refresh bool) int64 {
 	if refresh {
 		now = t.now()
 		if tat-now <= t.tau+repairSlack {
-			return
+			return max(tat-now, 0)
 		}
 	}
 	s.tat.CompareAndSwap(tat, now+t.tau)
-}
-
-// slotFor returns h's slot, claiming one if h has none. It returns nil only
-// when the claim loop gives up under contention.
-func (t *Table) slotFor(h uint64, now int64) *slot {
-	if s := t.find(h); s != nil {
-		return s
-	}
-	return t.claim(h, now)
+	return t.tau
 }
 
 // find is the read-only first pass: the first slot in h's probe window that
@@ -249,50 +379,180 @@ func (t *Table) find(h uint64) *slot {
 	return nil
 }
 
-// claim gives h a slot in its probe window: the first empty one or the first
-// whose bucket is full (a full bucket is no state at all, so the slot
-// changes owner with one CAS on the key word and the TAT stays as it is).
-// When every slot in the window holds a live bucket, it evicts the one
-// nearest to full (smallest TAT): first it forgives that bucket's debt, then
-// it takes the key word. A process killed between the two steps has only
-// forgiven a debt, and the victim comes back to a full bucket: it can get
-// more than its share, never less.
-func (t *Table) claim(h uint64, now int64) *slot {
+// Kinds of slot claim picks, best first.
+const (
+	takeEmpty   = iota // key word 0: nobody's
+	takeReclaim        // its bucket is full: no state to lose
+	takeEvict          // every slot is live: the one nearest to full
+)
+
+// claim gives h a slot in its probe window and returns it with the decision
+// time to use (a live caller may re-read the clock). It prefers an empty
+// slot, then the slot whose bucket has been full the longest, and when every
+// slot holds a live bucket it evicts the one nearest to full (counted in
+// Evicted). It returns nil only when it gives up under contention.
+//
+// The floor: a key whose bucket was full at time r may lose its slot at r;
+// the claimer first raises the key's floor word to r (one of 256 in the
+// file's first page, chosen by the key's hash). Whoever later claims a new
+// slot for a key starts its bucket at the key's floor: a decision dated
+// before the floor (a caller preempted between its clock read and its probe,
+// or an …At time within MaxSkew) then sees the debt the lost bucket could
+// still have had, instead of a fresh bucket. A live caller re-reads the
+// clock instead, so it is dated after the floor and loses nothing.
+func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 	home := h & t.mask
 rounds:
-	for range maxClaimRounds {
-		var victim *slot
-		var vkey, vpos uint64
-		var vtat int64
+	for round := range maxClaimRounds {
+		var pick *slot
+		var pk, ppos uint64
+		var ptat int64
+		kind := takeEvict + 1
+		locked := false
 		for i := range uint64(probeWindow) {
 			s := slotAt(t.slots, (home+i)&t.mask)
 			k := s.key.Load()
-			if k == h {
-				return s // claimed by someone else since our first pass
-			}
-			tat := s.tat.Load()
-			if k == 0 || tat <= now {
-				if !s.key.CompareAndSwap(k, h) {
-					continue rounds // the slot changed; look again
+			switch {
+			case k == h:
+				return s, now // claimed by someone else since our first pass
+			case k == h|lockBit:
+				// Our own bucket, being taken over: take it back as it is.
+				// Another caller may have claimed a new slot for h
+				// meanwhile, so this is a claim like any other: settle.
+				if s.key.CompareAndSwap(k, h) {
+					return t.settle(h, home, i, s), now
 				}
-				if k == 0 && tat > now {
-					// A slot given back (Forget, a lost duplicate) can
-					// keep the debt of spends that raced with the give-back.
-					// It belongs to nobody now; do not charge it to h.
-					s.tat.CompareAndSwap(tat, 0)
+				continue rounds
+			case k&lockBit != 0:
+				locked = true // another claim is under way here
+				continue
+			case k == 0:
+				if kind > takeEmpty {
+					pick, pk, ppos, kind = s, k, i, takeEmpty
 				}
-				return t.settle(h, home, i, s)
-			}
-			if victim == nil || tat < vtat {
-				victim, vkey, vpos, vtat = s, k, i, tat
+			default:
+				tat := s.tat.Load()
+				c := takeEvict
+				if tat <= now {
+					c = takeReclaim
+				}
+				if c < kind || c == kind && tat < ptat {
+					pick, pk, ppos, ptat, kind = s, k, i, tat, c
+				}
 			}
 		}
-		if victim.tat.CompareAndSwap(vtat, 0) && victim.key.CompareAndSwap(vkey, h) {
-			t.rare.evicted.Add(1)
-			return t.settle(h, home, vpos, victim)
+		if locked && round < maxClaimRounds/2 {
+			// Why wait: the claim under way may be for h too (racing first
+			// requests for a new key, from several processes at once);
+			// taking another slot now would give h two. A claim holds its
+			// lock for a few CASes, so this wait is short; a locker that
+			// died mid-claim costs claims in this window the wait.
+			runtime.Gosched()
+			continue
+		}
+		if pick == nil {
+			continue
+		}
+		var ok bool
+		if ok, now = t.takeOver(pick, pk, h, now, live, kind); ok {
+			s := t.settle(h, home, ppos, pick)
+			// An incarnation of h that lived and lost its slot entirely
+			// while we claimed ours raised h's floor after we read it:
+			// carry it over.
+			t.raiseTAT(s, t.floorWord(h).Load())
+			return s, now
 		}
 	}
-	return nil
+	return nil, now
+}
+
+// takeOver moves slot s from key word k to h. Every step is one CAS, in an
+// order that keeps every other party's view safe:
+//
+//  1. raise the old owner's floor to now (before anyone can miss it);
+//  2. lock the key word (k → k|lockBit): the old owner's spends now fail
+//     their key check, and other claimers skip the slot;
+//  3. read h's floor (only now: any earlier incarnation of h that has lost
+//     its slot raised it before its slot was locked) and replace the TAT
+//     with h's starting value, at least the floor. It differs from (for a
+//     reclaim: exceeds) the TAT read, so no spend by the old owner that read
+//     that TAT earlier can land afterwards. A reclaim whose bucket turned
+//     live again meanwhile is abandoned and the key word restored;
+//  4. publish h in the key word.
+//
+// A process killed between 2 and 4 leaves the slot locked until its old
+// owner comes back for it (claim restores a locked slot to its owner).
+func (t *Table) takeOver(s *slot, k, h uint64, now int64, live bool, kind int) (bool, int64) {
+	if k != 0 {
+		t.raiseFloor(k, now)
+	}
+	lock := k | lockBit
+	if !s.key.CompareAndSwap(k, lock) {
+		return false, now
+	}
+	var floor int64
+	floor, now = t.floorFor(h, now, live)
+	for {
+		w := s.tat.Load()
+		if s.key.Load() != lock {
+			return false, now // the old owner took its slot back
+		}
+		init := floor
+		switch {
+		case kind == takeReclaim && w > now:
+			// The owner spent since we looked: its bucket is live again.
+			s.key.CompareAndSwap(lock, k)
+			return false, now
+		case kind == takeReclaim:
+			init = max(floor, w+1)
+		case init == w:
+			init++
+		}
+		if s.tat.CompareAndSwap(w, init) {
+			break
+		}
+	}
+	if kind == takeEvict {
+		t.rare.evicted.Add(1)
+		if testHookEvict != nil {
+			testHookEvict(k &^ lockBit)
+		}
+	}
+	return s.key.CompareAndSwap(lock, h), now
+}
+
+// floorFor reads h's floor for a decision dated now. A live caller whose
+// reading is older than the floor (it was preempted) re-reads the clock: it
+// is then dated after the floor and pays nothing for it. A floor further
+// ahead than MaxSkew is taken for a damaged word and ignored.
+func (t *Table) floorFor(h uint64, now int64, live bool) (int64, int64) {
+	floor := t.floorWord(h).Load()
+	if floor > now && live {
+		now = t.now()
+	}
+	if floor > now+repairSlack {
+		floor = now
+	}
+	return floor, now
+}
+
+// testHookEvict, when set (by tests), is called with each evicted owner.
+var testHookEvict func(owner uint64)
+
+// floorWord returns the floor word of h (see claim).
+func (t *Table) floorWord(h uint64) *atomic.Int64 {
+	return (*atomic.Int64)(unsafe.Add(t.base, floorsOffset+(h>>55)%floorCount*8))
+}
+
+// raiseFloor raises h's floor word to at least v.
+func (t *Table) raiseFloor(h uint64, v int64) {
+	fw := t.floorWord(h)
+	for {
+		f := fw.Load()
+		if f >= v || fw.CompareAndSwap(f, v) {
+			return
+		}
+	}
 }
 
 // settle resolves a duplicate claim: two processes that insert h at the
@@ -307,9 +567,19 @@ func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
 			continue
 		}
 		o := slotAt(t.slots, (home+i)&t.mask)
-		if o.key.Load() != h {
+		switch o.key.Load() {
+		case h:
+		case h | lockBit:
+			// Another incarnation of h, claimed while we claimed ours and
+			// now losing its slot: its debt went into h's floor when it was
+			// locked, perhaps after we read the floor. Take it over.
+			t.duplicate(h)
+			t.raiseTAT(s, t.floorWord(h).Load())
+			continue
+		default:
 			continue
 		}
+		t.duplicate(h)
 		if i < pos {
 			s.key.CompareAndSwap(h, 0)
 			return o
@@ -319,21 +589,49 @@ func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
 	return s
 }
 
-// debt returns how far key's TAT is ahead of now (0 for a full or unknown
-// bucket) and whether the key is valid. It writes nothing.
-func (t *Table) debt(key string, now int64, live bool) (int64, bool) {
-	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() {
-		return 0, false
+// raiseTAT raises s's TAT to at least v.
+func (t *Table) raiseTAT(s *slot, v int64) {
+	for {
+		tat := s.tat.Load()
+		if tat >= v || s.tat.CompareAndSwap(tat, v) {
+			return
+		}
 	}
-	s := t.find(hashKey(t.k0, t.k1, key))
-	if s == nil {
-		return 0, true
-	}
-	return t.debtOf(s, now, live), true
 }
 
-func (t *Table) debtOf(s *slot, now int64, live bool) int64 {
+// duplicate counts a duplicate slot given back.
+func (t *Table) duplicate(h uint64) {
+	t.rare.duplicates.Add(1)
+	if testHookDuplicate != nil {
+		testHookDuplicate(h)
+	}
+}
+
+// testHookDuplicate, when set (by tests), is called with each key whose
+// duplicate slot was given back.
+var testHookDuplicate func(h uint64)
+
+// debt returns how far key's TAT is ahead of now (0 for a full or unknown
+// bucket) and whether the call is valid. It writes nothing.
+func (t *Table) debt(key string, now int64, live bool) (int64, bool) {
+	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() || !live && !validNow(now) {
+		return 0, false
+	}
+	h := hashKey(t.k0, t.k1, key)
+	return t.debtOf(h, t.find(h), now, live), true
+}
+
+// debtOf reads h's debt in s (nil: unknown key, a full bucket). A slot that
+// changes owner between the two reads is read as full: a figure, not a
+// decision.
+func (t *Table) debtOf(h uint64, s *slot, now int64, live bool) int64 {
+	if s == nil {
+		return 0
+	}
 	tat := s.tat.Load()
+	if s.key.Load() != h {
+		return 0
+	}
 	if live {
 		now = t.now()
 	}
@@ -348,20 +646,13 @@ func (t *Table) debtOf(s *slot, now int64, live bool) int64 {
 
 // Remaining returns the tokens key could spend now, as a fraction in
 // [0, burst]. It writes nothing. It returns 0 for an invalid key.
-func (t *Table) Remaining(key string) float64 {
-	d, ok := t.debt(key, 0, true)
-	if !ok {
-		return 0
-	}
-	return t.remaining(d)
-}
+func (t *Table) Remaining(key string) float64 { return t.remainingAt(key, 0, true) }
 
 // RemainingAt is Remaining at an explicit time (see AllowAt).
-func (t *Table) RemainingAt(key string, now int64) float64 {
-	if !validNow(now) {
-		return 0
-	}
-	d, ok := t.debt(key, now, false)
+func (t *Table) RemainingAt(key string, now int64) float64 { return t.remainingAt(key, now, false) }
+
+func (t *Table) remainingAt(key string, now int64, live bool) float64 {
+	d, ok := t.debt(key, now, live)
 	if !ok {
 		return 0
 	}
@@ -381,22 +672,19 @@ func (t *Table) RetryAfter(key string) time.Duration { return t.RetryAfterN(key,
 // Never when no wait can help: cost above the burst or below 1, an invalid
 // key, or a closed table. It writes nothing.
 func (t *Table) RetryAfterN(key string, cost int64) time.Duration {
-	if cost < 1 || cost > t.burst {
-		return Never
-	}
-	d, ok := t.debt(key, 0, true)
-	if !ok {
-		return Never
-	}
-	return t.retryAfter(d, cost)
+	return t.retryAfterAt(key, cost, 0, true)
 }
 
 // RetryAfterAt is RetryAfterN at an explicit time (see AllowAt).
 func (t *Table) RetryAfterAt(key string, cost, now int64) time.Duration {
-	if cost < 1 || cost > t.burst || !validNow(now) {
+	return t.retryAfterAt(key, cost, now, false)
+}
+
+func (t *Table) retryAfterAt(key string, cost, now int64, live bool) time.Duration {
+	if cost < 1 || cost > t.burst {
 		return Never
 	}
-	d, ok := t.debt(key, now, false)
+	d, ok := t.debt(key, now, live)
 	if !ok {
 		return Never
 	}
@@ -417,9 +705,6 @@ func (t *Table) ResetAfter(key string) time.Duration {
 
 // ResetAfterAt is ResetAfter at an explicit time (see AllowAt).
 func (t *Table) ResetAfterAt(key string, now int64) time.Duration {
-	if !validNow(now) {
-		return 0
-	}
 	d, _ := t.debt(key, now, false)
 	return time.Duration(d)
 }
@@ -430,8 +715,14 @@ func (t *Table) Reset(key string) {
 	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() {
 		return
 	}
-	if s := t.find(hashKey(t.k0, t.k1, key)); s != nil {
-		s.tat.Store(0)
+	h := hashKey(t.k0, t.k1, key)
+	if s := t.find(h); s != nil {
+		for {
+			tat := s.tat.Load()
+			if s.key.Load() != h || s.tat.CompareAndSwap(tat, 0) {
+				return // moved on (a full bucket's slot), or refilled
+			}
+		}
 	}
 }
 
@@ -481,7 +772,9 @@ func (t *Table) Close() error {
 	if t.coarse != nil {
 		t.coarse.stop()
 	}
-	_, err := unix.MmapPtr(-1, 0, t.base, t.size, unix.PROT_READ|unix.PROT_WRITE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
-	return err
+	return unmapShared(t.base, t.size)
+}
+
+func slotAt(slots unsafe.Pointer, i uint64) *slot {
+	return (*slot)(unsafe.Add(slots, i*slotSize))
 }

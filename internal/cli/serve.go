@@ -117,6 +117,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			_ = st.Close()
 			return 1
 		}
+		defer startEvictionWarner(ctx, sh, policies, log)()
 		if on, err := sh.OnTmpfs(); err == nil && !on {
 			log.Warn("shm store directory is not on tmpfs: page writeback can stall decisions; prefer the default or a tmpfs DIR",
 				"dir", sh.Dir())

@@ -121,8 +121,14 @@ func quotaWindow(rate float64) (q, w int64) {
 	return 1, int64(math.Ceil(1 / rate))
 }
 
-func (e *Policy) rateLimitField(r, t int64) string {
-	return e.nameSF + ";r=" + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
+func (e *Policy) rateLimitField(r, t int64) string { return string(e.appendRateLimitField(nil, r, t)) }
+
+func (e *Policy) appendRateLimitField(b []byte, r, t int64) []byte {
+	b = append(b, e.nameSF...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, r, 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, t, 10)
 }
 
 // wholeTokens rounds remaining down: to a thousandth first (the figure the
@@ -147,39 +153,82 @@ func (e *Policy) nextToken(res store.Result) time.Duration {
 // SetHeaders sets the rate-limit fields of a decision on h: X-RateLimit-Limit,
 // X-RateLimit-Remaining, RateLimit-Policy, RateLimit, and Retry-After for a
 // denial. It allocates nothing for up to 255 remaining tokens on a policy of
-// rate ≥ 1/s.
+// rate ≥ 1/s, and two allocations otherwise, however many values it had to
+// build (see valueText).
 func (e *Policy) SetHeaders(h http.Header, res store.Result) {
 	_, r := wholeTokens(res.Remaining)
 	t := ceilDiv(e.nextToken(res), time.Second)
 	// Direct map writes with canonical keys and shared constant values: the
 	// hot path skips canonicalisation and an allocation per header.
 	h["X-Ratelimit-Limit"] = e.limitHdr
+	h["Ratelimit-Policy"] = e.policyHdr
+	var arr [128]byte
+	v := valueText{buf: arr[:0]}
+	iRemaining, iRateLimit, iRetry := -1, -1, -1
 	if r < int64(len(e.remaining)) {
 		h["X-Ratelimit-Remaining"] = e.remaining[r]
 	} else {
-		h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(r, 10)}
+		v.buf = strconv.AppendInt(v.buf, r, 10)
+		iRemaining = v.end()
 	}
-	h["Ratelimit-Policy"] = e.policyHdr
 	if t == 1 && r < int64(len(e.rateLimit1)) {
 		h["Ratelimit"] = e.rateLimit1[r]
 	} else {
-		h["Ratelimit"] = []string{e.rateLimitField(r, t)}
+		v.buf = e.appendRateLimitField(v.buf, r, t)
+		iRateLimit = v.end()
 	}
-	if !res.Allowed {
-		h["Retry-After"] = e.retryAfter(res.RetryAfter)
-	} else {
+	switch s := max(1, ceilDiv(res.RetryAfter, time.Second)); {
+	case res.Allowed:
 		delete(h, "Retry-After")
+	case s == 1:
+		h["Retry-After"] = one
+	default:
+		v.buf = strconv.AppendInt(v.buf, s, 10)
+		iRetry = v.end()
+	}
+	if v.n == 0 {
+		return
+	}
+	vals := v.strings()
+	if iRemaining >= 0 {
+		h["X-Ratelimit-Remaining"] = vals[iRemaining : iRemaining+1 : iRemaining+1]
+	}
+	if iRateLimit >= 0 {
+		h["Ratelimit"] = vals[iRateLimit : iRateLimit+1 : iRateLimit+1]
+	}
+	if iRetry >= 0 {
+		h["Retry-After"] = vals[iRetry : iRetry+1 : iRetry+1]
 	}
 }
 
-// retryAfter is Retry-After for a wait of d: whole seconds, rounded up, at
-// least 1.
-func (e *Policy) retryAfter(d time.Duration) []string {
-	s := max(1, ceilDiv(d, time.Second))
-	if s == 1 {
-		return one
+// valueText gathers the header values of one response that no cache holds
+// in a buffer on the caller's stack and hands them out as substrings of one
+// string: two allocations (the string, and the []string the values share)
+// instead of two or three per value. Each value becomes vals[i:i+1:i+1],
+// capped so nobody's append can reach a neighbour.
+type valueText struct {
+	buf  []byte
+	ends [3]int
+	n    int
+}
+
+// end closes the value written since the previous end and returns its index.
+func (v *valueText) end() int {
+	v.ends[v.n] = len(v.buf)
+	v.n++
+	return v.n - 1
+}
+
+// strings returns the values, in order, as substrings of one string.
+func (v *valueText) strings() []string {
+	s := string(v.buf)
+	vals := make([]string, v.n)
+	start := 0
+	for i, end := range v.ends[:v.n] {
+		vals[i] = s[start:end]
+		start = end
 	}
-	return []string{strconv.FormatInt(s, 10)}
+	return vals
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 192); return &b }}

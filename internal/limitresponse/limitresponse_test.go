@@ -208,3 +208,22 @@ func TestSetHeadersAllocs(t *testing.T) {
 	assert.Zero(t, allocs)
 	assert.Equal(t, `"p";r=7;t=1`, h.Get("RateLimit"))
 }
+
+// TestSetHeadersAllocsUncached: values no cache holds (remaining above 255,
+// t above 1, a Retry-After above 1 s) cost two allocations in all, the
+// string they are cut from and the []string they share, and come out right.
+func TestSetHeadersAllocsUncached(t *testing.T) {
+	e := NewPolicy(store.Policy{Name: "p", Rate: 1.0 / 60, Burst: 1000})
+	h := http.Header{}
+	res := store.Result{Remaining: 999.2, RetryAfter: 90 * time.Second, ResetAfter: 50 * time.Second}
+	allocs := testing.AllocsPerRun(100, func() { e.SetHeaders(h, res) })
+	assert.Equal(t, 2.0, allocs)
+	assert.Equal(t, "999", h.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, `"p";r=999;t=50`, h.Get("RateLimit"))
+	assert.Equal(t, "90", h.Get("Retry-After"))
+	assert.Equal(t, "1000", h.Get("X-RateLimit-Limit"))
+	for _, k := range []string{"X-Ratelimit-Remaining", "Ratelimit", "Retry-After"} {
+		require.Len(t, h[k], 1)
+		assert.Equal(t, 1, cap(h[k]), "%s: capped, so an append cannot reach a neighbour", k)
+	}
+}

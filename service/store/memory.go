@@ -3,36 +3,74 @@ package store
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-const memoryShards = 256 // a power of two; enough that 2 cores rarely meet on one lock
+const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at a time
 
-// Memory is a Store that keeps buckets in this process: a map split into 256
-// shards, each with its own mutex, so there is no global lock. A key whose
-// bucket is full again holds no information (GCRA's "tat ≤ now"), so a
-// periodic sweep deletes such keys without changing any future decision.
+// Memory is a Store that keeps buckets in this process. A decision on a key
+// the store already holds takes no lock: it hashes the key once, finds its
+// slot in an open-addressed table, reads the clock and updates the key's
+// theoretical arrival time (TAT) with one compare-and-swap; a denial writes
+// nothing. Only a new key takes a lock, that of one of 256 shards. Each key
+// costs 64 to 128 bytes of table (a 32-byte slot in a table kept between a
+// quarter and half full) besides the key itself.
+//
+// A key whose bucket is full again holds no information (GCRA's "tat ≤ now"),
+// so a sweep (Sweep, or WithSweep in the background) deletes such keys
+// without changing any future decision.
 //
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
-	seed   maphash.Seed
-	now    func() int64 // nanoseconds on a monotonic clock
-	shards [memoryShards]memShard
-	closed atomic.Bool
+	seed       maphash.Seed
+	clock      func() time.Duration // WithClock's; nil means the monotonic time since start
+	start      time.Time
+	sweepEvery time.Duration // WithSweep's
+	shards     [memoryShards]memShard
+	closed     atomic.Bool
 
 	stop      chan struct{}
 	sweepDone chan struct{}
 	closeOnce sync.Once
 }
 
+// A memShard is the keys whose hash ends in its index. Lookups read tab
+// without the lock; the lock serialises the writers: inserting a key, and
+// replacing tab (to grow it, or to drop full keys in a sweep).
 type memShard struct {
 	mu  sync.Mutex
-	tat map[string]int64 // guarded by mu; theoretical arrival time per key
-	_   [40]byte         // keep neighbouring shards' locks off one cache line
+	n   int                      // guarded by mu: keys in tab
+	tab atomic.Pointer[memTable] // stored only under mu; nil while the shard holds no key
+	_   [40]byte                 // keep neighbouring shards off one cache line
 }
+
+// A memTable is a linear-probing hash table of at least twice as many slots as
+// keys, so a probe always meets an empty slot. A slot, once filled, keeps its
+// key for the table's life (nothing is deleted in place: a sweep builds a new
+// table), which is what lets readers probe without the lock.
+type memTable struct {
+	slots []memSlot
+	mask  uint64 // len(slots)-1, a power of two minus one
+}
+
+type memSlot struct {
+	// tag is 0 for an empty slot, else the key's hash with its top bit set.
+	// It is stored after key, so a reader that loads a non-zero tag sees the
+	// key written.
+	tag atomic.Uint64
+	// tat is the key's theoretical arrival time, or frozen once the table is
+	// being replaced: the value then lives in the new table.
+	tat atomic.Int64
+	key string // written before tag, never after
+}
+
+// frozen marks a slot whose table is being replaced. No clock reading is
+// this far in the past, so no real TAT equals it.
+const frozen = math.MinInt64
 
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)
@@ -40,39 +78,38 @@ type MemoryOption func(*Memory)
 // WithSweep makes the store delete full (idle) buckets every interval in a
 // background goroutine that Close stops. Zero or negative disables the sweep.
 func WithSweep(interval time.Duration) MemoryOption {
-	return func(m *Memory) {
-		if interval > 0 {
-			m.stop = make(chan struct{})
-			m.sweepDone = make(chan struct{})
-			go m.sweepLoop(interval)
-		}
-	}
+	return func(m *Memory) { m.sweepEvery = interval }
 }
 
 // WithClock replaces the store's clock with now, which must return
 // nanoseconds that never go backwards. For tests that drive time by hand.
 func WithClock(now func() time.Duration) MemoryOption {
-	return func(m *Memory) { m.now = func() int64 { return int64(now()) } }
+	return func(m *Memory) { m.clock = now }
 }
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	start := time.Now()
-	m := &Memory{seed: maphash.MakeSeed()}
-	// Why time.Since: it reads the monotonic clock, so wall-clock steps never
-	// refill or drain a bucket.
-	m.now = func() int64 { return int64(time.Since(start)) }
-	for i := range m.shards {
-		m.shards[i].tat = make(map[string]int64)
-	}
+	m := &Memory{seed: maphash.MakeSeed(), start: time.Now()}
 	for _, o := range opts {
 		o(m)
+	}
+	if m.sweepEvery > 0 { // started after every option, so it sees the final clock
+		m.stop = make(chan struct{})
+		m.sweepDone = make(chan struct{})
+		go m.sweepLoop(m.sweepEvery)
 	}
 	return m
 }
 
-func (m *Memory) shard(key string) *memShard {
-	return &m.shards[maphash.String(m.seed, key)&(memoryShards-1)]
+// now is the store's clock in nanoseconds.
+func (m *Memory) now() int64 {
+	if m.clock != nil {
+		return int64(m.clock())
+	}
+	// Why time.Since: it reads only the monotonic clock (cheaper than
+	// time.Now, which also reads wall time), and wall-clock steps never
+	// refill or drain a bucket.
+	return int64(time.Since(m.start))
 }
 
 // Allow implements Store. It never blocks on I/O and ignores ctx.
@@ -85,19 +122,156 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	}
 	T := int64(p.Interval())
 	tau := T * p.Burst
-	s := m.shard(key)
+	// One hash serves both the shard (its low bits) and the slot (the rest).
+	h := maphash.String(m.seed, key)
+	s := &m.shards[h&(memoryShards-1)]
+	tag := h | 1<<63
+	// Why the clock is read before the lookup and under no lock: a caller
+	// whose reading is older than the TAT another caller just wrote is only
+	// stricter (max(tat, now) + cost·T − now grows as now shrinks), and each
+	// allowed call still moves the TAT to at least its own now + cost·T, so
+	// the bound burst + (e−s)/T holds for every interleaving. Read first, it
+	// overlaps the table's cache misses instead of waiting for them.
+	now := m.now()
+	if slot := s.tab.Load().find(tag, key); slot != nil {
+		for {
+			tat := slot.tat.Load()
+			if tat == frozen {
+				break // the table is being replaced: take the lock
+			}
+			next, r := Decide(tat, now, cost, T, tau)
+			if !r.Allowed || slot.tat.CompareAndSwap(tat, next) {
+				return r, nil
+			}
+		}
+	}
+	return m.allowLocked(s, tag, key, cost, T, tau), nil
+}
+
+// allowLocked decides for a key the lock-free path could not: one not in
+// the table yet, or one whose table was being replaced.
+func (m *Memory) allowLocked(s *memShard, tag uint64, key string, cost, T, tau int64) Result {
 	s.mu.Lock()
-	now := m.now() // read under the lock so decisions on one key see time in order
-	tat, ok := s.tat[key]
-	if !ok {
-		tat = now
+	defer s.mu.Unlock()
+	// Why the clock is read under the lock here: a sweep reads its own now
+	// under the same lock and drops only keys with tat ≤ that now, so a key
+	// created after the sweep starts from a TAT at least as late as the one
+	// the sweep dropped (a reading taken before the sweep could be earlier,
+	// and would hand a drained bucket a refill it never earned).
+	now := m.now()
+	if slot := s.tab.Load().find(tag, key); slot != nil {
+		for { // never frozen here: only holders of the lock freeze, and they publish the new table first
+			tat := slot.tat.Load()
+			next, r := Decide(tat, now, cost, T, tau)
+			if !r.Allowed || slot.tat.CompareAndSwap(tat, next) {
+				return r
+			}
+		}
 	}
-	next, r := Decide(tat, now, cost, T, tau)
-	if r.Allowed {
-		s.tat[key] = next
+	next, r := Decide(now, now, cost, T, tau) // a key never seen is full
+	if !r.Allowed {
+		return r
 	}
-	s.mu.Unlock()
-	return r, nil
+	t := s.tab.Load()
+	if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
+		t = s.replace(s.n+1, nil)
+	}
+	t.insert(tag, key, next)
+	s.n++
+	return r
+}
+
+// find returns the slot holding key, or nil. t may be nil (no keys yet).
+func (t *memTable) find(tag uint64, key string) *memSlot {
+	if t == nil {
+		return nil
+	}
+	for i := tag >> 8; ; i++ { // the low 8 bits chose the shard
+		slot := &t.slots[i&t.mask]
+		switch slot.tag.Load() {
+		case 0:
+			return nil
+		case tag:
+			if slot.key == key {
+				return slot
+			}
+		}
+	}
+}
+
+// insert puts a key that t does not hold into an empty slot. Callers own t:
+// they hold its shard's lock, or t is not published yet.
+func (t *memTable) insert(tag uint64, key string, tat int64) {
+	for i := tag >> 8; ; i++ {
+		slot := &t.slots[i&t.mask]
+		if slot.tag.Load() == 0 {
+			slot.key = key
+			slot.tat.Store(tat)
+			slot.tag.Store(tag) // publishes key and tat to lock-free readers
+			return
+		}
+	}
+}
+
+// newMemTable returns an empty table with room for n keys at most half full,
+// or nil for n = 0.
+func newMemTable(n int) *memTable {
+	if n == 0 {
+		return nil
+	}
+	size := 8
+	for size < 2*n {
+		size *= 2
+	}
+	return &memTable{slots: make([]memSlot, size), mask: uint64(size - 1)}
+}
+
+// replace moves s's keys into a new table with room for at least n keys,
+// leaving out those for which drop (if not nil) reports true given their
+// TAT, publishes it and returns it; it updates s.n. The caller holds s.mu.
+//
+// Every slot of the old table is frozen by the swap that reads its TAT, so
+// a lock-free caller that found the key there fails its CAS, sees frozen and
+// retries under the lock, in the new table: no update is lost between the
+// read and the copy.
+func (s *memShard) replace(n int, drop func(tat int64) bool) *memTable {
+	old := s.tab.Load()
+	t := newMemTable(n)
+	kept := 0
+	if old != nil {
+		for i := range old.slots {
+			slot := &old.slots[i]
+			tag := slot.tag.Load()
+			if tag == 0 {
+				continue
+			}
+			tat := slot.tat.Swap(frozen)
+			if drop != nil && drop(tat) {
+				continue
+			}
+			if t == nil {
+				t = newMemTable(1)
+			} else if uint64(kept+1) > (t.mask+1)/2 { // more survived than n: grow the private table
+				t = t.grow()
+			}
+			t.insert(tag, slot.key, tat)
+			kept++
+		}
+	}
+	s.n = kept
+	s.tab.Store(t)
+	return t
+}
+
+// grow returns an unpublished copy of the unpublished t at twice the size.
+func (t *memTable) grow() *memTable {
+	g := &memTable{slots: make([]memSlot, 2*len(t.slots)), mask: 2*t.mask + 1}
+	for i := range t.slots {
+		if tag := t.slots[i].tag.Load(); tag != 0 {
+			g.insert(tag, t.slots[i].key, t.slots[i].tat.Load())
+		}
+	}
+	return g
 }
 
 // Sweep deletes every key whose bucket is full now and reports how many it
@@ -107,12 +281,21 @@ func (m *Memory) Sweep() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		now := m.now()
-		for k, tat := range s.tat {
-			if tat <= now {
-				delete(s.tat, k)
-				n++
+		now := m.now() // under the lock: see allowLocked
+		full := 0
+		if t := s.tab.Load(); t != nil {
+			for j := range t.slots {
+				if t.slots[j].tag.Load() != 0 && t.slots[j].tat.Load() <= now {
+					full++
+				}
 			}
+		}
+		if full > 0 {
+			// A key counted full may be spent before replace reads it
+			// (then it stays), never the other way round: a TAT only grows.
+			before := s.n
+			s.replace(s.n-full, func(tat int64) bool { return tat <= now })
+			n += before - s.n
 		}
 		s.mu.Unlock()
 	}
@@ -140,7 +323,7 @@ func (m *Memory) Keys(context.Context) (int64, error) {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += int64(len(s.tat))
+		n += int64(s.n)
 		s.mu.Unlock()
 	}
 	return n, nil

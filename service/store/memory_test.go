@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,20 +107,121 @@ func TestMemoryClosed(t *testing.T) {
 	require.ErrorIs(t, m.Ping(context.Background()), store.ErrClosed)
 }
 
-func BenchmarkMemoryAllow(b *testing.B) {
-	m := store.NewMemory()
+// TestMemoryMatchesMapStore plays the same random calls, clock steps and
+// sweeps against the store and against mapMemory (the plain map it
+// replaced): every result, sweep count and key count must be the same.
+func TestMemoryMatchesMapStore(t *testing.T) {
+	ctx := context.Background()
+	c := &vclock{}
+	m := store.NewMemory(store.WithClock(c.Now))
 	defer m.Close()
-	p := store.Policy{Rate: 1e6, Burst: 1000}
-	keys := make([]string, 1024)
+	ref := newMapMemory(c.Now)
+	policies := []store.Policy{{Rate: 100, Burst: 4}, {Rate: 3, Burst: 10}}
+	keys := make([]string, 3000) // enough that every shard's table grows
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 60_000 {
+		switch op := rng.IntN(1000); {
+		case op < 2:
+			require.Equal(t, ref.Sweep(), m.Sweep(), "sweep at call %d", i)
+		case op < 100:
+			c.Advance(time.Duration(rng.IntN(20_000_000)))
+		default:
+			k := keys[rng.IntN(len(keys))]
+			p := policies[len(k)%2]
+			cost := 1 + rng.Int64N(p.Burst)
+			want, err1 := ref.Allow(k, cost, p)
+			got, err2 := m.Allow(ctx, k, cost, p)
+			if err1 != nil || err2 != nil || got != want { // not require: 60k calls of t.Helper are slow under -race
+				t.Fatalf("call %d: key %s cost %d: got %+v, %v; the map store %+v, %v", i, k, cost, got, err2, want, err1)
+			}
+		}
+	}
+	n, err := m.Keys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ref.Keys(), n)
+	require.Positive(t, n)
+	c.Advance(time.Hour)
+	require.Equal(t, int(n), m.Sweep(), "after an hour every bucket is full")
+	n, _ = m.Keys(ctx)
+	require.Zero(t, n)
+}
+
+// TestMemoryRacingSweepsStayExact has goroutines spend on shared keys while
+// the clock moves and sweeps and table growth replace tables under them: no
+// key may be allowed more than burst + elapsed/T, the GCRA bound, however
+// the calls interleave with a table being replaced.
+func TestMemoryRacingSweepsStayExact(t *testing.T) {
+	ctx := context.Background()
+	var clock atomic.Int64 // nanoseconds; the workers move it
+	m := store.NewMemory(store.WithClock(func() time.Duration { return time.Duration(clock.Load()) }))
+	defer m.Close()
+	p := store.Policy{Rate: 1000, Burst: 3} // T = 1 ms
+	const hot, cold, workers, calls = 64, 1000, 4, 20_000
+	keys := make([]string, hot+cold)
 	for i := range keys {
 		keys[i] = fmt.Sprint("key-", i)
 	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			_, _ = m.Allow(context.Background(), keys[i&1023], 1, p)
-			i++
+	allowed := make([]atomic.Int64, len(keys))
+	var swept atomic.Int64
+	done := make(chan struct{})
+	var sweeper sync.WaitGroup
+	sweeper.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				swept.Add(int64(m.Sweep()))
+			}
 		}
 	})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := range calls {
+				if i%50 == 0 {
+					clock.Add(int64(10 * time.Microsecond))
+				}
+				k := rng.IntN(hot) // mostly hot keys, saturated
+				if rng.IntN(8) == 0 {
+					k = hot + rng.IntN(cold) // cold keys go full and get swept
+				}
+				r, err := m.Allow(ctx, keys[k], 1, p)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if r.Allowed {
+					allowed[k].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	sweeper.Wait()
+	elapsed := time.Duration(clock.Load())
+	bound := p.Burst + int64(elapsed/p.Interval())
+	for i := range allowed {
+		require.LessOrEqual(t, allowed[i].Load(), bound, "key %s over %v", keys[i], elapsed)
+	}
+	for i := range hot { // saturated: near the bound (the last millisecond may see no call)
+		assert.GreaterOrEqual(t, allowed[i].Load(), bound-2, "hot key %s", keys[i])
+	}
+	assert.Positive(t, swept.Load(), "sweeps dropped keys while calls raced them")
+}
+
+func TestMemoryAllowDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	m := store.NewMemory()
+	defer m.Close()
+	p := store.Policy{Rate: 1e9, Burst: 1e9}
+	_, _ = m.Allow(ctx, "known", 1, p)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = m.Allow(ctx, "known", 1, p) }), "allowed")
+	q := store.Policy{Rate: 1.0 / 3600, Burst: 1}
+	_, _ = m.Allow(ctx, "drained", 1, q)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = m.Allow(ctx, "drained", 1, q) }), "denied")
 }

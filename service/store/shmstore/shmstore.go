@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sluice-go/sluice/service/store"
 	"github.com/sluice-go/sluice/sharedbucket"
 )
@@ -93,23 +91,41 @@ func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy)
 	if err != nil {
 		return store.Result{}, err
 	}
-	// One clock reading for the decision and the figures reported with it.
-	now := sharedbucket.Now()
-	r := store.Result{Allowed: t.AllowAt(key, cost, now)}
-	r.Remaining = t.RemainingAt(key, now)
-	r.ResetAfter = t.ResetAfterAt(key, now)
-	if !r.Allowed {
-		r.RetryAfter = t.RetryAfterAt(key, cost, now)
-		if r.RetryAfter == 0 {
-			// Another process spent or the table refilled between our two
-			// reads; report the smallest honest wait rather than "now".
-			r.RetryAfter = 1
-		}
-		if r.RetryAfter == sharedbucket.Never {
-			return store.Result{}, store.ErrClosed // a closed table denies with Never
-		}
+	// One call: the decision and its figures come from the same read of
+	// the bucket (and, when allowed, the same CAS).
+	d := t.DecideN(key, cost)
+	if d.RetryAfter == sharedbucket.Never {
+		return store.Result{}, store.ErrClosed // only a closed table says never here
 	}
-	return r, nil
+	return store.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, nil
+}
+
+// Evictions reports, for p's table, the live buckets this store evicted to
+// make room for new keys (each one let its key start over with a full
+// bucket: the limit loosened) and the decisions given up under contention
+// (answered per sharedbucket.FailClosed), since the store was opened. Zeros
+// if p's table is not open. Policies with the same rate and burst share one
+// table, and so these counts. Counts are this process's: other processes
+// sharing the tables count their own.
+func (s *Store) Evictions(p store.Policy) (evicted, contended uint64) {
+	s.mu.RLock()
+	t := s.tables[tableID{p.Interval(), p.Burst}]
+	s.mu.RUnlock()
+	if t == nil {
+		return 0, 0
+	}
+	c := t.Counters()
+	return c.Evicted, c.Contended
+}
+
+// Slots returns the slot count of the store's tables: what -shm-slots set.
+func (s *Store) Slots() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, t := range s.tables {
+		return t.Slots()
+	}
+	return 0
 }
 
 // Keys implements store.Store: keys whose bucket is not full, summed over
@@ -147,18 +163,6 @@ func (s *Store) Close() error {
 
 // InProcess marks Store as a store.InProcess store: Allow never waits.
 func (s *Store) InProcess() {}
-
-// OnTmpfs reports whether the table directory is on tmpfs. Elsewhere (a disk
-// filesystem) the kernel writes dirty mapped pages back periodically, and a
-// store to a page under writeback can wait for the disk: seconds-long stalls
-// under I/O pressure were observed with /tmp on ext4.
-func (s *Store) OnTmpfs() (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.arena.Dir(), &st); err != nil {
-		return false, fmt.Errorf("shmstore: %w", err)
-	}
-	return st.Type == unix.TMPFS_MAGIC, nil
-}
 
 // Prepare opens (creating if needed) the tables of the given policies now
 // rather than at their first request, so a mismatch with tables other

@@ -137,3 +137,44 @@ func shmDir(t *testing.T) string {
 	}
 	return t.TempDir()
 }
+
+// TestShmEvictionsCounted: with more live keys than slots the table evicts
+// (the limit loosens for the evicted keys); Evictions reports it per policy.
+func TestShmEvictionsCounted(t *testing.T) {
+	s, err := shmstore.Open(shmDir(t), sharedbucket.WithSlots(8))
+	require.NoError(t, err)
+	defer s.Close()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 1}
+	other := store.Policy{Rate: 1, Burst: 1}
+	ev, co := s.Evictions(p)
+	assert.Zero(t, ev+co, "no table yet")
+	for i := range 20 {
+		r, err := s.Allow(context.Background(), "k"+strconv.Itoa(i), 1, p)
+		require.NoError(t, err)
+		require.True(t, r.Allowed, "a new key is never denied")
+	}
+	ev, co = s.Evictions(p)
+	assert.EqualValues(t, 12, ev, "20 live keys in 8 slots: 12 evictions")
+	assert.Zero(t, co)
+	ev, _ = s.Evictions(other)
+	assert.Zero(t, ev, "counted per policy")
+	assert.Equal(t, 8, s.Slots())
+}
+
+// TestShmDecisionFigures: the figures come with the decision (one probe):
+// a denial's RetryAfter is exact, never patched to 1 ns.
+func TestShmDecisionFigures(t *testing.T) {
+	s := open(t, shmDir(t))
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 2}
+	ctx := context.Background()
+	r, err := s.Allow(ctx, "k", 2, p)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.Zero(t, r.Remaining)
+	assert.InDelta(t, 2*time.Hour, r.ResetAfter, float64(time.Second))
+	r, err = s.Allow(ctx, "k", 1, p)
+	require.NoError(t, err)
+	assert.False(t, r.Allowed)
+	assert.InDelta(t, time.Hour, r.RetryAfter, float64(time.Second))
+	assert.InDelta(t, 2*time.Hour, r.ResetAfter, float64(time.Second))
+}
