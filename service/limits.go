@@ -1,6 +1,8 @@
 // Package service is the HTTP global rate-limit service behind `sluice serve`:
 // handlers for /allow, /stats, /healthz and /metrics over a store.Store, the
-// -limits syntax, and the Prometheus metrics.
+// -limits syntax, and the Prometheus metrics; and Envoy's RateLimitService
+// over gRPC (RegisterRateLimitService) with envoyproxy/ratelimit-style rules
+// (package rules), on the same decision path.
 package service
 
 import (

@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decisions_total",
-			Help: "Requests to /allow, by policy and result (allowed, denied, shadow_denied, store_error, canceled).",
+			Help: "Decisions for /allow and for each descriptor of Envoy's ShouldRateLimit, by policy and result (allowed, denied, shadow_denied, store_error, canceled).",
 		}, []string{"policy", "result"}),
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_fail_open_decisions_total",
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"store"}),
 		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_latency_seconds",
-			Help:    "Time the store took to decide one /allow request.",
+			Help:    "Time the store took to decide one /allow request or one ShouldRateLimit descriptor.",
 			Buckets: latencyBuckets,
 		}, []string{"store"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{

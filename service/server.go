@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-go/sluice/internal/limitresponse"
+	"github.com/sluice-go/sluice/service/rules"
 	"github.com/sluice-go/sluice/service/store"
 )
 
@@ -47,9 +48,18 @@ type Config struct {
 	MaxBodyBytes int64
 	Logger       *slog.Logger         // default slog.Default()
 	Registry     *prometheus.Registry // default NewRegistry()
+	// Rules are envoyproxy/ratelimit rules (package rules) for Envoy's
+	// ShouldRateLimit and for /allow (see HTTPDomain); nil means none.
+	// SetRules and ReloadRules replace them while serving.
+	Rules *rules.Config
+	// HTTPDomain is the rules domain in which /allow?key=K is looked up, as
+	// the descriptor [("key", K)] (default DefaultHTTPDomain). A key that
+	// matches no rule there is limited by Limits or Default as without rules.
+	HTTPDomain string
 }
 
-// Server answers /allow, /stats, /healthz and /metrics. Create it with New;
+// Server answers /allow, /stats, /healthz and /metrics, and Envoy's
+// ShouldRateLimit once registered (RegisterRateLimitService). Create it with New;
 // it is safe for concurrent use. It does not own the store: closing it is the
 // caller's business.
 type Server struct {
@@ -68,6 +78,9 @@ type Server struct {
 	// What /stats and Stats report; see Stats.
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
 	storeDown                                         atomic.Bool // for logging transitions only
+
+	rules       atomic.Pointer[ruleSet] // nil: no rules
+	ruleMetrics ruleMetrics
 }
 
 type policyEntry struct {
@@ -110,6 +123,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		e := s.entry(p)
 		s.byKey[k] = &e
+	}
+	if err := s.initRules(); err != nil {
+		return nil, err
 	}
 	_, s.inProcess = cfg.Store.(store.InProcess)
 	if r, ok := cfg.Store.(EvictionReporter); ok {
@@ -165,50 +181,17 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if s.allowByRule(w, r, &a) {
+		return
+	}
 	e := s.policy(a.key)
 	if a.n > e.p.Burst {
 		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of policy %q: it can never be allowed", a.n, e.p.Burst, e.p.Name)
 		return
 	}
 
-	ctx := r.Context()
-	if !s.inProcess {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		defer cancel()
-	}
-	start := time.Now()
-	res, err := s.cfg.Store.Allow(ctx, a.key, a.n, e.p)
-	s.storeLat.Observe(time.Since(start).Seconds())
-	if err != nil {
-		if r.Context().Err() != nil {
-			// The client went away mid-call: not the store's fault, and
-			// nobody is left to answer; count it so it is not lost.
-			s.canceled.Add(1)
-			e.counters.canceled.Inc()
-			return
-		}
-		s.storeFailed(w, r, e, err)
-		return
-	}
-	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
-		s.log.Info("store recovered", "store", s.cfg.Store.Name())
-	}
-
-	shadowDenied := false
-	switch {
-	case res.Allowed:
-		s.allowed.Add(1)
-		e.counters.allowed.Inc()
-	case s.cfg.Shadow:
-		s.shadowDenied.Add(1)
-		e.counters.shadowDenied.Inc()
-		shadowDenied = true
-	default:
-		s.denied.Add(1)
-		e.counters.denied.Inc()
-	}
-	s.writeDecision(w, e, res, shadowDenied)
+	v, err := s.decide(r.Context(), a.key, a.n, e, s.cfg.Shadow)
+	s.answer(w, e, v, err)
 }
 
 // readBody reads a POST body (capped) and takes key and n from it when it is
@@ -235,23 +218,8 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) 
 	return 0, nil
 }
 
-func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, e *policyEntry, err error) {
-	if errors.Is(err, store.ErrCostExceedsBurst) { // cannot happen: checked above
-		s.fail(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	s.storeErr.Inc()
-	s.degraded.Add(1)
-	e.counters.storeError.Inc()
-	if s.storeDown.CompareAndSwap(false, true) {
-		s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
-			"fail_open", s.cfg.FailOpen)
-	} else {
-		s.log.Debug("store error", "err", err, "path", r.URL.Path)
-	}
-	if s.cfg.FailOpen {
-		e.counters.failOpen.Inc()
-	}
+// writeDegraded answers a request the store could not decide, per FailOpen.
+func (s *Server) writeDegraded(w http.ResponseWriter, e *policyEntry) {
 	e.resp.WriteDegraded(w, s.cfg.FailOpen)
 }
 
@@ -300,7 +268,8 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// Stats counts what a Server has answered to /allow since New, the same
+// Stats counts what a Server has answered to /allow (and, one per
+// descriptor with a rule, to ShouldRateLimit) since New, the same
 // split as the sluice_decisions_total metric.
 type Stats struct {
 	Allowed      int64 // the store allowed

@@ -1,7 +1,8 @@
 // Command sluice runs the global rate-limit service and its companions:
 //
 //	sluice demo     a server and three replicas sharing one limit, in a few seconds
-//	sluice serve    the HTTP service (/allow, /stats, /healthz, /metrics)
+//	sluice serve    the HTTP service (/allow, /stats, /healthz, /metrics) and,
+//	                with -grpc, Envoy's rate-limit gRPC service
 //	sluice client   one replica asking the service before each unit of work
 //	sluice version  the version, commit and Go toolchain of this build
 //

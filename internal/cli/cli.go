@@ -12,7 +12,7 @@ const usage = `usage: sluice <command> [flags]
 
 commands:
   demo     run a server and three replicas for a few seconds and show the shared limit hold
-  serve    run the global rate-limit service (HTTP)
+  serve    run the global rate-limit service (HTTP; Envoy's gRPC with -grpc)
   client   play one replica that asks the service before each unit of work
   version  print the version, commit and Go toolchain of this build
 

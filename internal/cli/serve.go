@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluice-go/sluice/service"
@@ -33,6 +36,10 @@ type ServeOptions struct {
 	Fail         string
 	StoreTimeout time.Duration
 	LogFormat    string
+	GRPC         string // Envoy RateLimitService address; "" for none
+	Config       string // envoyproxy/ratelimit rules file; "" for none
+	ConfigPoll   time.Duration
+	HTTPDomain   string
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -51,6 +58,10 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout,
 		"bound on one store call, and on Redis dials, reads and writes")
 	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
+	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
+	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
+	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when its size or modification time changed and then held for one more check, checked this often (0: only on SIGHUP)")
+	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
 	return fs
 }
 
@@ -97,7 +108,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Store = st
 	if sh, ok := st.(*shmstore.Store); ok {
-		policies := []store.Policy{cfg.Default}
+		policies := append([]store.Policy{cfg.Default}, rulePolicies(cfg.Rules)...)
 		for _, p := range cfg.Limits {
 			policies = append(policies, p)
 		}
@@ -119,7 +130,21 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Warn("store not reachable yet; serving per -fail", "store", st.Name(), "err", perr)
 	}
 	cancel()
-	err = RunServer(ctx, cfg, o.Addr, log, nil)
+	var extras []ServeExtra
+	if o.GRPC != "" {
+		if cfg.Rules == nil {
+			log.Warn("-grpc without -config: no descriptor matches a rule, so every one is answered OK")
+		}
+		extras = append(extras, WithGRPC(o.GRPC, nil))
+	}
+	if o.Config != "" {
+		log.Info("rules loaded", "file", o.Config, "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		extras = append(extras, WithRulesReload(o.Config, hup, o.ConfigPoll))
+	}
+	err = RunServer(ctx, cfg, o.Addr, log, nil, extras...)
 	if cerr := st.Close(); cerr != nil {
 		log.Warn("closing store", "err", cerr)
 	}
@@ -157,13 +182,27 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Limits = limits
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
+	cfg.HTTPDomain = o.HTTPDomain
+	switch {
+	case o.ConfigPoll < 0:
+		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)
+	case o.ConfigPoll > 0 && o.Config == "":
+		return cfg, errors.New("-config-poll needs -config")
+	}
+	if o.Config != "" {
+		if cfg.Rules, err = loadRules(o.Config); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
 }
 
 // RunServer serves cfg on addr until ctx is cancelled, then shuts down
 // gracefully. If ready is non-nil it is called with the bound address once
-// the listener is open (useful with port 0).
-func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr)) error {
+// the listener is open (useful with port 0). extras (WithGRPC,
+// WithRulesReload) start before the server reports listening and stop after
+// the HTTP server has shut down.
+func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr), extras ...ServeExtra) error {
 	srv, err := service.New(cfg)
 	if err != nil {
 		return err
@@ -182,6 +221,14 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, x := range extras {
+		stop, err := x(ctx, srv, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
 		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),

@@ -1,0 +1,130 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluice-go/sluice/internal/loadgen"
+	"github.com/sluice-go/sluice/internal/redistest"
+)
+
+// TestMeasureGRPCvsHTTP measures decisions per second and latency of
+// ShouldRateLimit against /allow on one `sluice serve`, same rules, same
+// store, same run, closed loop with 16 requests in flight each. It runs only
+// with SLUICE_MEASURE=1 (it takes a while and wants a quiet machine):
+//
+//	SLUICE_MEASURE=1 go test -run MeasureGRPCvsHTTP -v -count=1 ./cmd/sluice
+//
+// SLUICE_MEASURE_STORES (default "memory,shm"; "redis" starts a redis-server) and SLUICE_MEASURE_SECS
+// (default 5) tune it.
+func TestMeasureGRPCvsHTTP(t *testing.T) {
+	if os.Getenv("SLUICE_MEASURE") == "" {
+		t.Skip("set SLUICE_MEASURE=1 to measure")
+	}
+	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
+	if secs <= 0 {
+		secs = 5
+	}
+	stores := os.Getenv("SLUICE_MEASURE_STORES")
+	if stores == "" {
+		stores = "memory,shm"
+	}
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	// Every key its own bucket of 1000/s: nearly every decision is "allowed",
+	// so both APIs do the same work per request.
+	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	for _, st := range strings.Split(stores, ",") {
+		switch st {
+		case "shm":
+			st = "shm:" + shmDir(t)
+		case "redis":
+			st = redistest.Start(t).URL()
+		}
+		s := serve(t, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
+		addr := strings.TrimPrefix(s.URL, "http://")
+		for round := range 2 { // alternate, so drift on a shared machine hits both
+			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: 16,
+				Path:     func(i int) string { return "/allow?key=k" + strconv.Itoa(i%1000) },
+				Duration: time.Duration(secs) * time.Second})
+			require.NoError(t, err)
+			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v",
+				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status)
+			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
+			t.Logf("%s round %d gRPC ShouldRateLimit: %.0f decisions/s, p50 %s, p99 %s, over_limit %d",
+				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over)
+		}
+		require.Equal(t, 0, s.stop(t))
+	}
+}
+
+type rlsRun struct {
+	rate float64
+	lat  []time.Duration
+	over int
+}
+
+func (r *rlsRun) q(q float64) time.Duration {
+	i := int(q*float64(len(r.lat))+0.5) - 1
+	return r.lat[min(max(i, 0), len(r.lat)-1)]
+}
+
+// runRLS calls ShouldRateLimit in a closed loop from conns connections with
+// perConn calls in flight on each (Envoy keeps a few long-lived HTTP/2
+// connections and multiplexes on them).
+func runRLS(t *testing.T, s *server, conns, perConn int, d time.Duration) *rlsRun {
+	t.Helper()
+	m := grpcListenRE.FindStringSubmatch(s.logs.String())
+	require.NotNil(t, m)
+	var mu sync.Mutex
+	res := &rlsRun{}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conns {
+		cc, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		defer cc.Close()
+		c := rlsv3.NewRateLimitServiceClient(cc)
+		for w := range perConn {
+			wg.Go(func() {
+				var lat []time.Duration
+				over := 0
+				req := &rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key"}}}}}
+				for i := w; time.Since(start) < d; i += perConn * conns {
+					req.Descriptors[0].Entries[0].Value = "k" + strconv.Itoa(i%1000)
+					t0 := time.Now()
+					r, err := c.ShouldRateLimit(context.Background(), req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					lat = append(lat, time.Since(t0))
+					if r.OverallCode != rlsv3.RateLimitResponse_OK {
+						over++
+					}
+				}
+				mu.Lock()
+				res.lat = append(res.lat, lat...)
+				res.over += over
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	res.rate = float64(len(res.lat)) / time.Since(start).Seconds()
+	slices.Sort(res.lat)
+	return res
+}

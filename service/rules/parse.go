@@ -1,0 +1,367 @@
+package rules
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse parses rules from data; file names the source in errors. It refuses
+// what envoyproxy/ratelimit refuses (an empty domain or key, a unit missing
+// or unknown, a unit next to unlimited, a duplicate key and value on one
+// level, a domain configured twice) and, so that no typo passes silently,
+// every field it does not know. Fields that only shape envoyproxy/ratelimit's
+// statistics (detailed_metric, value_to_metric) are accepted and ignored;
+// replaces and quota_mode, which change decisions, are refused.
+func Parse(file string, data []byte) (*Config, error) {
+	p := &parser{file: file, c: &Config{File: file, domains: map[string]level{}}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for doc := 0; ; doc++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, p.yamlError(err)
+		}
+		if err := p.document(&n); err != nil {
+			return nil, err
+		}
+	}
+	if len(p.c.domains) == 0 {
+		return nil, &Error{File: file, Msg: "no domain configured (want \"domain: NAME\" and \"descriptors:\")"}
+	}
+	return p.c, nil
+}
+
+type parser struct {
+	file    string
+	c       *Config
+	aliased int // descriptors read through an alias (*name), counted as expanded
+}
+
+// Bounds that keep a hostile file (recursive or exponentially nested
+// aliases) from hanging the server, far above any real rules file. Plain
+// descriptors need no count: the file's size bounds them.
+const (
+	maxDepth   = 32
+	maxAliased = 10_000
+)
+
+func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
+	return &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// yamlError turns a syntax error ("yaml: line 7: ...") into an Error.
+func (p *parser) yamlError(err error) error {
+	msg := err.Error()
+	line := 0
+	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
+		num, tail, _ := strings.Cut(rest, ":")
+		if l, cerr := strconv.Atoi(num); cerr == nil {
+			line, msg = l, strings.TrimSpace(tail)
+		}
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	return &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg}
+}
+
+func (p *parser) document(doc *yaml.Node) error {
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return nil
+		}
+		doc = doc.Content[0]
+	}
+	if doc.Kind == 0 || (doc.Kind == yaml.ScalarNode && doc.Tag == "!!null") {
+		return nil // an empty document (a stray "---")
+	}
+	if doc.Kind != yaml.MappingNode {
+		return p.errf(doc, "", "want a mapping with domain and descriptors")
+	}
+	var domain string
+	var domainNode, descs *yaml.Node
+	err := p.fields(doc, "", func(key string, k, v *yaml.Node) error {
+		switch key {
+		case "domain":
+			domainNode = k
+			return p.str(v, "domain", &domain)
+		case "descriptors":
+			descs = v
+			return nil
+		case "name": // a label some tools write; no meaning here
+			var s string
+			return p.str(v, "name", &s)
+		}
+		return p.errf(k, key, "unknown field (want domain or descriptors)")
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case domainNode == nil:
+		return p.errf(doc, "domain", "missing")
+	case domain == "":
+		return p.errf(domainNode, "domain", "empty")
+	}
+	if _, dup := p.c.domains[domain]; dup {
+		return p.errf(domainNode, "domain", "%q is configured twice", domain)
+	}
+	top := level{}
+	p.c.domains[domain] = top
+	if descs == nil {
+		return nil
+	}
+	return p.descriptors(descs, "descriptors", domain, nil, top, false)
+}
+
+// fields calls f for each key of mapping m, refusing duplicate keys.
+func (p *parser) fields(m *yaml.Node, path string, f func(key string, k, v *yaml.Node) error) error {
+	m = deref(m)
+	if m.Kind != yaml.MappingNode {
+		return p.errf(m, path, "want a mapping")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1] // consumers follow aliases
+		name := join(path, k.Value)
+		if seen[k.Value] {
+			return p.errf(k, name, "given twice")
+		}
+		seen[k.Value] = true
+		if err := f(k.Value, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deref follows YAML aliases (*name) to the node they name.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func (p *parser) str(v *yaml.Node, field string, out *string) error {
+	v = deref(v)
+	if v.Kind != yaml.ScalarNode || v.Tag == "!!null" {
+		return p.errf(v, field, "want a string")
+	}
+	*out = v.Value
+	return nil
+}
+
+func (p *parser) boolean(v *yaml.Node, field string, out *bool) error {
+	v = deref(v)
+	if v.Kind != yaml.ScalarNode || v.Decode(out) != nil {
+		return p.errf(v, field, "%q is not true or false", v.Value)
+	}
+	return nil
+}
+
+// descriptors reads a list of descriptors into a level; aliased says the list
+// is (inside) an expanded alias.
+func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
+	aliased = aliased || seq.Kind == yaml.AliasNode
+	seq = deref(seq)
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return p.errf(seq, path, "want a list of descriptors")
+	}
+	for i, d := range seq.Content {
+		if aliased || d.Kind == yaml.AliasNode {
+			if p.aliased++; p.aliased > maxAliased {
+				return p.errf(d, path, "more than %d descriptors through aliases (aliases expanding without end?)", maxAliased)
+			}
+		}
+		if err := p.descriptor(deref(d), fmt.Sprintf("%s[%d]", path, i), domain, parent, into, aliased || d.Kind == yaml.AliasNode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
+	if len(parent) >= maxDepth {
+		return p.errf(d, path, "descriptors nested deeper than %d levels (a recursive alias?)", maxDepth)
+	}
+	var (
+		lv                    Level
+		keyNode, rl, children *yaml.Node
+		shadow                bool
+	)
+	err := p.fields(d, path, func(key string, k, v *yaml.Node) error {
+		f := join(path, key)
+		switch key {
+		case "key":
+			keyNode = k
+			return p.str(v, f, &lv.Key)
+		case "value":
+			return p.str(v, f, &lv.Value)
+		case "rate_limit":
+			rl = v
+			return nil
+		case "descriptors":
+			children = v
+			return nil
+		case "shadow_mode":
+			return p.boolean(v, f, &shadow)
+		case "share_threshold":
+			return p.boolean(v, f, &lv.Share)
+		case "detailed_metric", "value_to_metric":
+			var ignored bool
+			return p.boolean(v, f, &ignored)
+		case "quota_mode":
+			return p.errf(k, f, "not supported by sluice")
+		}
+		return p.errf(k, f, "unknown field (want key, value, rate_limit, shadow_mode, share_threshold or descriptors)")
+	})
+	if err != nil {
+		return err
+	}
+	if keyNode == nil {
+		return p.errf(d, join(path, "key"), "missing")
+	}
+	if lv.Key == "" {
+		return p.errf(keyNode, join(path, "key"), "empty")
+	}
+	wild := strings.Contains(lv.Value, "*")
+	if lv.Share && !wild {
+		return p.errf(d, join(path, "share_threshold"), "needs a value with a '*' wildcard")
+	}
+	k := into[lv.Key]
+	if k == nil {
+		k = &keyed{exact: map[string]*node{}}
+		into[lv.Key] = k
+	}
+	n := &node{children: level{}}
+	dup := false
+	switch {
+	case lv.Value == "":
+		dup, k.any = k.any != nil, n
+	case wild:
+		for _, w := range k.wild {
+			dup = dup || strings.Join(w.parts, "*") == lv.Value
+		}
+		k.wild = append(k.wild, wildcard{parts: strings.Split(lv.Value, "*"), n: n})
+	default:
+		dup = k.exact[lv.Value] != nil
+		k.exact[lv.Value] = n
+	}
+	if dup {
+		return p.errf(d, path, "key %q with value %q is configured twice on this level", lv.Key, lv.Value)
+	}
+	levels := append(append([]Level(nil), parent...), lv)
+	if rl != nil {
+		r, err := p.rateLimit(rl, join(path, "rate_limit"), domain, levels)
+		if err != nil {
+			return err
+		}
+		r.Shadow = shadow
+		r.Line = d.Line
+		r.Index = len(p.c.Rules)
+		p.c.Rules = append(p.c.Rules, r)
+		n.rule = r
+	} else if shadow {
+		return p.errf(d, join(path, "shadow_mode"), "needs a rate_limit on the same descriptor")
+	}
+	if children != nil {
+		return p.descriptors(children, join(path, "descriptors"), domain, levels, n.children, aliased)
+	}
+	return nil
+}
+
+func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*Rule, error) {
+	r := &Rule{Domain: domain, Path: levels}
+	var unitNode, rpuNode, unlNode *yaml.Node
+	var unit string
+	err := p.fields(m, path, func(key string, k, v *yaml.Node) error {
+		f := join(path, key)
+		switch key {
+		case "unit":
+			unitNode = v
+			return p.str(v, f, &unit)
+		case "requests_per_unit":
+			v = deref(v)
+			rpuNode = v
+			var n int64
+			if v.Kind != yaml.ScalarNode || v.Decode(&n) != nil || n < 0 || n > math.MaxUint32 {
+				return p.errf(v, f, "%q is not a whole number from 0 to %d", v.Value, uint32(math.MaxUint32))
+			}
+			r.RequestsPerUnit = uint32(n)
+			return nil
+		case "unlimited":
+			unlNode = v
+			return p.boolean(v, f, &r.Unlimited)
+		case "name":
+			return p.str(v, f, &r.Name)
+		case "replaces":
+			return p.errf(k, f, "not supported by sluice")
+		}
+		return p.errf(k, f, "unknown field (want unit, requests_per_unit, unlimited or name)")
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.Name == "" {
+		var b strings.Builder
+		b.WriteString(domain)
+		for _, l := range levels {
+			b.WriteByte('.')
+			b.WriteString(l.Key)
+			if l.Value != "" {
+				b.WriteByte('_')
+				b.WriteString(l.Value)
+			}
+		}
+		r.Name = b.String()
+	}
+	if r.Unlimited {
+		switch {
+		case unitNode != nil:
+			return nil, p.errf(unitNode, join(path, "unit"), "must not be given with unlimited: true")
+		case rpuNode != nil:
+			return nil, p.errf(rpuNode, join(path, "requests_per_unit"), "must not be given with unlimited: true")
+		}
+		return r, nil
+	}
+	if unitNode == nil {
+		at := m
+		if unlNode != nil {
+			at = unlNode
+		}
+		return nil, p.errf(at, join(path, "unit"), "missing (want second, minute, hour, day, week or month)")
+	}
+	r.Unit = Unit(strings.ToLower(unit))
+	if _, ok := unitLength[r.Unit]; !ok {
+		return nil, p.errf(unitNode, join(path, "unit"), "%q is not a unit (want second, minute, hour, day, week or month)", unit)
+	}
+	if rpuNode == nil {
+		return nil, p.errf(m, join(path, "requests_per_unit"), "missing")
+	}
+	if pol, ok := r.Policy(); ok {
+		if err := pol.Validate(); err != nil {
+			return nil, p.errf(rpuNode, path, "%d per %s: %v", r.RequestsPerUnit, r.Unit, err)
+		}
+	}
+	return r, nil
+}
