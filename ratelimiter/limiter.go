@@ -179,7 +179,10 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		s.alarm = alarm
 		l.src = s
 	} else {
-		l.src = &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), base: c.Now()}
+		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), base: c.Now()}
+		// Real time (no loop, no WithClock): read it monotonic-only.
+		b.mono, b.epoch = cfg.clock == nil && !sched.InLoop(ctx), b.base
+		l.src = b
 		full = int64(burst)
 	}
 	l.q = semaphore.NewQueue("ratelimiter.Acquire", full, l.src)

@@ -37,6 +37,8 @@ const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per 
 // lock (every Source method runs under it).
 type bucket struct {
 	clock    sched.Clock
+	mono     bool      // real time, read as epoch plus monotonic time elapsed (see Now)
+	epoch    time.Time // the first reading; the origin of every later one when mono
 	alarm    *ticker.Alarm
 	rate     float64   // tokens per second, as given
 	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
@@ -77,7 +79,24 @@ func (b *bucket) due(k int64) time.Duration {
 	return time.Duration(q)
 }
 
-func (b *bucket) Now() time.Time { return b.clock.Now() }
+// Now reads the limiter's clock. On real time it reads the monotonic clock
+// alone: time.Now reads two clocks (wall and monotonic), and that second
+// read was more than half of an Acquire with a token ready. The reading is
+// epoch plus the monotonic time elapsed since epoch (time.Since of a reading
+// that carries a monotonic part reads nothing else), so it orders and
+// subtracts exactly as time.Now would; its wall part drifts from the host's
+// if the wall clock is set, which nothing here looks at.
+//
+// Inside a testing/synctest bubble time.Since is the bubble's fake time
+// (since Go 1.25 it checks for a bubble before taking the monotonic
+// shortcut, and a reading made in a bubble carries no monotonic part), so a
+// limiter made in a bubble still refills on fake time, exactly.
+func (b *bucket) Now() time.Time {
+	if b.mono {
+		return b.epoch.Add(time.Since(b.epoch))
+	}
+	return b.clock.Now()
+}
 
 // Fill credits the whole tokens accrued by now. A reading of now older than
 // base (another caller read the clock later and got the lock first) credits
