@@ -54,12 +54,29 @@ func (b *bucket) accrued(d time.Duration) (whole int64, frac uint64) {
 		return 0, 0
 	}
 	hi, lo := bits.Mul64(uint64(d), b.nanoRate)
+	if hi == 0 {
+		// Under 2^64: a division by a constant, which the compiler turns
+		// into a multiplication (Div64 is a hardware divide).
+		return int64(lo / nanoScale), lo % nanoScale
+	}
 	// hi < nanoScale always: d < 2^63 and nanoRate ≤ 1e18 (rate ≤ 1e9/s).
 	q, r := bits.Div64(hi, lo, nanoScale)
 	if q > math.MaxInt64/2 {
 		return math.MaxInt64 / 2, 0
 	}
 	return int64(q), r
+}
+
+// reached reports whether k whole tokens have accrued d after base:
+// floor(d·nanoRate/nanoScale) ≥ k, that is d·nanoRate ≥ k·nanoScale, compared
+// in 128 bits, exactly.
+func (b *bucket) reached(d time.Duration, k int64) bool {
+	if d <= 0 || k <= 0 {
+		return k <= 0
+	}
+	hi, lo := bits.Mul64(uint64(d), b.nanoRate)
+	khi, klo := bits.Mul64(uint64(k), nanoScale)
+	return hi > khi || hi == khi && lo >= klo
 }
 
 // due returns the offset from base at which k whole tokens have accrued, or
@@ -106,7 +123,14 @@ func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
 		b.restart(now) // full: nothing accrues, fraction included
 		return b.burst
 	}
-	whole, _ := b.accrued(now.Sub(b.base))
+	d := now.Sub(b.base)
+	if !waiting && b.reached(d, b.credited+b.burst-avail) {
+		// Full again (the usual case of a limiter that is seldom empty):
+		// told by two multiplications, without accrued's division.
+		b.restart(now)
+		return b.burst
+	}
+	whole, _ := b.accrued(d)
 	if k := whole - b.credited; k > 0 {
 		b.credited = whole
 		avail += k
