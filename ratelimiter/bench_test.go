@@ -37,9 +37,13 @@ func newUber() ratelimit.Limiter {
 }
 
 // parallel runs body on g goroutines (RunParallel with GOMAXPROCS rounded
-// to g), or on the benchmark's own goroutine for g = 1.
+// to g), or on the benchmark's own goroutine for g = 1. Besides ns/op (wall
+// time) it reports cpu-ns/op: the process's CPU time per call, which on a
+// loaded machine is the steadier figure (see cpuTime).
 func parallel(b *testing.B, g int, body func()) {
 	b.ReportAllocs()
+	start := cpuTime()
+	defer func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }()
 	if g == 1 {
 		for b.Loop() {
 			body()
