@@ -98,29 +98,13 @@ func BenchmarkAcquireAvailable(b *testing.B) {
 // 64/GOMAXPROCS) on one limiter, Acquire against rate.Limiter.Wait.
 func BenchmarkContended64(b *testing.B) {
 	ctx := context.Background()
-	par := func(b *testing.B) {
-		p := 64 / max(1, testingProcs())
-		b.SetParallelism(max(1, p))
-	}
 	b.Run("impl=sluice", func(b *testing.B) {
 		l := newFast(b)
-		par(b)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_ = l.Acquire(ctx, 1)
-			}
-		})
+		parallel(b, 64, func() { _ = l.Acquire(ctx, 1) })
 	})
 	b.Run("impl=xrate", func(b *testing.B) {
 		l := rate.NewLimiter(fastRate, fastBurst)
-		par(b)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_ = l.Wait(ctx)
-			}
-		})
+		parallel(b, 64, func() { _ = l.Wait(ctx) })
 	})
 }
 

@@ -101,8 +101,12 @@ func (b *bucket) due(k int64) time.Duration {
 // read was more than half of an Acquire with a token ready. The reading is
 // epoch plus the monotonic time elapsed since epoch (time.Since of a reading
 // that carries a monotonic part reads nothing else), so it orders and
-// subtracts exactly as time.Now would; its wall part drifts from the host's
-// if the wall clock is set, which nothing here looks at.
+// subtracts exactly as time.Now would against any reading that carries a
+// monotonic part (a ctx deadline from WithTimeout does). Its wall part
+// drifts from the host's if the wall clock is stepped; the one wall
+// comparison left is Acquire's "fails at once" check against a deadline
+// made from a wall time alone (WithDeadline of a time.Date), which is off
+// by that step, as any monotonic deadline would be.
 //
 // Inside a testing/synctest bubble time.Since is the bubble's fake time
 // (since Go 1.25 it checks for a bubble before taking the monotonic
