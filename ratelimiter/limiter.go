@@ -226,7 +226,8 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 // TryAcquire takes n tokens if they are in the bucket now and nobody is
 // waiting (no barging past parked Acquire calls), and reports whether it
 // did. It never blocks; it returns false for n < 1 and once stopped. Its cost
-// is one uncontended lock and one clock read, outside the lock.
+// is one uncontended lock and one clock read, outside the lock (on real
+// time, a reading of the monotonic clock alone).
 func (l *Limiter) TryAcquire(n int) bool {
 	if n < 1 {
 		return false
