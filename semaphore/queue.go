@@ -137,14 +137,6 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 		q.mu.Unlock()
 		return mark, err
 	}
-	return q.acquireSlow(ctx, now, n)
-}
-
-// acquireSlow is Acquire once the units were not there at once: it fails at
-// once or parks. q.mu is held on entry. It is apart from Acquire so that
-// the fast path (units free, nobody waiting) stays a small function with a
-// small frame: the park's locals cost every call that never parks.
-func (q *Queue) acquireSlow(ctx context.Context, now time.Time, n int64) (mark int64, err error) {
 	if err := q.checkDeadline(ctx, now, n); err != nil {
 		q.mu.Unlock()
 		return 0, err
