@@ -210,6 +210,14 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 //
 // Acquire(ctx, 0) returns at once: ctx.Err(), or nil.
 func (l *Limiter) Acquire(ctx context.Context, n int) error {
+	// Tokens there and nobody waiting: the queue's TryAcquire is the whole
+	// of it (the same test, under the same lock, as Acquire's own first
+	// step, so nobody is passed), without the parking path's larger call.
+	if n > 0 && ctx.Err() == nil {
+		if _, ok := l.q.TryAcquire(int64(n)); ok {
+			return nil
+		}
+	}
 	if n <= 0 {
 		if n < 0 {
 			return fmt.Errorf("ratelimiter: Acquire(n=%d): n must not be negative", n)
