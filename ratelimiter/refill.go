@@ -105,13 +105,14 @@ func (b *bucket) due(k int64) time.Duration {
 // monotonic part (a ctx deadline from WithTimeout does). Its wall part
 // drifts from the host's if the wall clock is stepped; the one wall
 // comparison left is Acquire's "fails at once" check against a deadline
-// made from a wall time alone (WithDeadline of a time.Date), which is off
-// by that step, as any monotonic deadline would be.
+// made from a wall time alone (WithDeadline of a time.Date), which is then
+// off by that step.
 //
 // Inside a testing/synctest bubble time.Since is the bubble's fake time
-// (since Go 1.25 it checks for a bubble before taking the monotonic
+// (Go 1.26's time.Since checks for a bubble before taking the monotonic
 // shortcut, and a reading made in a bubble carries no monotonic part), so a
-// limiter made in a bubble still refills on fake time, exactly.
+// limiter made in a bubble still refills on fake time, exactly
+// (TestSynctest).
 func (b *bucket) Now() time.Time {
 	if b.mono {
 		return b.epoch.Add(time.Since(b.epoch))
