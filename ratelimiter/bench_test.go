@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
 	"github.com/sluice-go/sluice/ratelimiter"
@@ -27,71 +28,83 @@ func newFast(b *testing.B) *ratelimiter.Limiter {
 	return l
 }
 
-// BenchmarkTryAcquire: TryAcquire(1) against x/time/rate's Allow, same run.
-func BenchmarkTryAcquire(b *testing.B) {
-	b.Run("impl=sluice", func(b *testing.B) {
-		l := newFast(b)
-		b.ReportAllocs()
+// newUber returns go.uber.org/ratelimit's limiter at the same rate. At 1e9/s
+// its slot is 1 ns away, so a call on a fresh clock reading never sleeps; a
+// large slack keeps two goroutines whose readings went stale from sleeping
+// too (as ../shared/perf/peers does).
+func newUber() ratelimit.Limiter {
+	return ratelimit.New(int(fastRate), ratelimit.WithSlack(10_000_000))
+}
+
+// parallel runs body on g goroutines (RunParallel with GOMAXPROCS rounded
+// to g), or on the benchmark's own goroutine for g = 1. Besides ns/op (wall
+// time) it reports cpu-ns/op: the process's CPU time per call, which on a
+// loaded machine is the steadier figure (see cpuTime).
+func parallel(b *testing.B, g int, body func()) {
+	b.ReportAllocs()
+	start := cpuTime()
+	defer func() { b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op") }()
+	if g == 1 {
 		for b.Loop() {
-			l.TryAcquire(1)
+			body()
 		}
-	})
-	b.Run("impl=xrate", func(b *testing.B) {
-		l := rate.NewLimiter(fastRate, fastBurst)
-		b.ReportAllocs()
-		for b.Loop() {
-			l.Allow()
+		return
+	}
+	b.SetParallelism(max(1, g/testingProcs()))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			body()
 		}
 	})
 }
 
+// BenchmarkTryAcquire: TryAcquire(1) against x/time/rate's Allow, same run,
+// on 1 and 2 goroutines.
+func BenchmarkTryAcquire(b *testing.B) {
+	for _, g := range []int{1, 2} {
+		b.Run("g="+formatInt(g)+"/impl=sluice", func(b *testing.B) {
+			l := newFast(b)
+			parallel(b, g, func() { l.TryAcquire(1) })
+		})
+		b.Run("g="+formatInt(g)+"/impl=xrate", func(b *testing.B) {
+			l := rate.NewLimiter(fastRate, fastBurst)
+			parallel(b, g, func() { l.Allow() })
+		})
+	}
+}
+
 // BenchmarkAcquireAvailable: goroutine-mode Acquire(ctx, 1) with a token
-// available, against rate.Limiter.Wait.
+// available, against rate.Limiter.Wait and go.uber.org/ratelimit's Take, on
+// 1 and 2 goroutines.
 func BenchmarkAcquireAvailable(b *testing.B) {
 	ctx := context.Background()
-	b.Run("impl=sluice", func(b *testing.B) {
-		l := newFast(b)
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = l.Acquire(ctx, 1)
-		}
-	})
-	b.Run("impl=xrate", func(b *testing.B) {
-		l := rate.NewLimiter(fastRate, fastBurst)
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = l.Wait(ctx)
-		}
-	})
+	for _, g := range []int{1, 2} {
+		b.Run("g="+formatInt(g)+"/impl=sluice", func(b *testing.B) {
+			l := newFast(b)
+			parallel(b, g, func() { _ = l.Acquire(ctx, 1) })
+		})
+		b.Run("g="+formatInt(g)+"/impl=xrate", func(b *testing.B) {
+			l := rate.NewLimiter(fastRate, fastBurst)
+			parallel(b, g, func() { _ = l.Wait(ctx) })
+		})
+		b.Run("g="+formatInt(g)+"/impl=uber", func(b *testing.B) {
+			l := newUber()
+			parallel(b, g, func() { l.Take() })
+		})
+	}
 }
 
 // BenchmarkContended64: 64 goroutines (RunParallel with parallelism
 // 64/GOMAXPROCS) on one limiter, Acquire against rate.Limiter.Wait.
 func BenchmarkContended64(b *testing.B) {
 	ctx := context.Background()
-	par := func(b *testing.B) {
-		p := 64 / max(1, testingProcs())
-		b.SetParallelism(max(1, p))
-	}
 	b.Run("impl=sluice", func(b *testing.B) {
 		l := newFast(b)
-		par(b)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_ = l.Acquire(ctx, 1)
-			}
-		})
+		parallel(b, 64, func() { _ = l.Acquire(ctx, 1) })
 	})
 	b.Run("impl=xrate", func(b *testing.B) {
 		l := rate.NewLimiter(fastRate, fastBurst)
-		par(b)
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				_ = l.Wait(ctx)
-			}
-		})
+		parallel(b, 64, func() { _ = l.Wait(ctx) })
 	})
 }
 

@@ -179,7 +179,10 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		s.alarm = alarm
 		l.src = s
 	} else {
-		l.src = &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), base: c.Now()}
+		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), base: c.Now()}
+		// Real time (no loop, no WithClock): read it monotonic-only.
+		b.mono, b.epoch = cfg.clock == nil && !sched.InLoop(ctx), b.base
+		l.src = b
 		full = int64(burst)
 	}
 	l.q = semaphore.NewQueue("ratelimiter.Acquire", full, l.src)
@@ -207,6 +210,14 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 //
 // Acquire(ctx, 0) returns at once: ctx.Err(), or nil.
 func (l *Limiter) Acquire(ctx context.Context, n int) error {
+	// Tokens there and nobody waiting: the queue's TryAcquire is the whole
+	// of it (the same test, under the same lock, as Acquire's own first
+	// step, so nobody is passed), without the parking path's larger call.
+	if n > 0 && ctx.Err() == nil {
+		if _, ok := l.q.TryAcquire(int64(n)); ok {
+			return nil
+		}
+	}
 	if n <= 0 {
 		if n < 0 {
 			return fmt.Errorf("ratelimiter: Acquire(n=%d): n must not be negative", n)
@@ -223,7 +234,8 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 // TryAcquire takes n tokens if they are in the bucket now and nobody is
 // waiting (no barging past parked Acquire calls), and reports whether it
 // did. It never blocks; it returns false for n < 1 and once stopped. Its cost
-// is one uncontended lock and one clock read, outside the lock.
+// is one uncontended lock and one clock read, outside the lock (on real
+// time, a reading of the monotonic clock alone).
 func (l *Limiter) TryAcquire(n int) bool {
 	if n < 1 {
 		return false

@@ -37,6 +37,8 @@ const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per 
 // lock (every Source method runs under it).
 type bucket struct {
 	clock    sched.Clock
+	mono     bool      // real time, read as epoch plus monotonic time elapsed (see Now)
+	epoch    time.Time // the first reading; the origin of every later one when mono
 	alarm    *ticker.Alarm
 	rate     float64   // tokens per second, as given
 	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
@@ -52,12 +54,29 @@ func (b *bucket) accrued(d time.Duration) (whole int64, frac uint64) {
 		return 0, 0
 	}
 	hi, lo := bits.Mul64(uint64(d), b.nanoRate)
+	if hi == 0 {
+		// Under 2^64: a division by a constant, which the compiler turns
+		// into a multiplication (Div64 is a hardware divide).
+		return int64(lo / nanoScale), lo % nanoScale
+	}
 	// hi < nanoScale always: d < 2^63 and nanoRate ≤ 1e18 (rate ≤ 1e9/s).
 	q, r := bits.Div64(hi, lo, nanoScale)
 	if q > math.MaxInt64/2 {
 		return math.MaxInt64 / 2, 0
 	}
 	return int64(q), r
+}
+
+// reached reports whether k whole tokens have accrued d after base:
+// floor(d·nanoRate/nanoScale) ≥ k, that is d·nanoRate ≥ k·nanoScale, compared
+// in 128 bits, exactly.
+func (b *bucket) reached(d time.Duration, k int64) bool {
+	if d <= 0 || k <= 0 {
+		return k <= 0
+	}
+	hi, lo := bits.Mul64(uint64(d), b.nanoRate)
+	khi, klo := bits.Mul64(uint64(k), nanoScale)
+	return hi > khi || hi == khi && lo >= klo
 }
 
 // due returns the offset from base at which k whole tokens have accrued, or
@@ -77,7 +96,29 @@ func (b *bucket) due(k int64) time.Duration {
 	return time.Duration(q)
 }
 
-func (b *bucket) Now() time.Time { return b.clock.Now() }
+// Now reads the limiter's clock. On real time it reads the monotonic clock
+// alone: time.Now reads two clocks (wall and monotonic), and that second
+// read was more than half of an Acquire with a token ready. The reading is
+// epoch plus the monotonic time elapsed since epoch (time.Since of a reading
+// that carries a monotonic part reads nothing else), so it orders and
+// subtracts exactly as time.Now would against any reading that carries a
+// monotonic part (a ctx deadline from WithTimeout does). Its wall part
+// drifts from the host's if the wall clock is stepped; the one wall
+// comparison left is Acquire's "fails at once" check against a deadline
+// made from a wall time alone (WithDeadline of a time.Date), which is then
+// off by that step.
+//
+// Inside a testing/synctest bubble time.Since is the bubble's fake time
+// (Go 1.26's time.Since checks for a bubble before taking the monotonic
+// shortcut, and a reading made in a bubble carries no monotonic part), so a
+// limiter made in a bubble still refills on fake time, exactly
+// (TestSynctest).
+func (b *bucket) Now() time.Time {
+	if b.mono {
+		return b.epoch.Add(time.Since(b.epoch))
+	}
+	return b.clock.Now()
+}
 
 // Fill credits the whole tokens accrued by now. A reading of now older than
 // base (another caller read the clock later and got the lock first) credits
@@ -87,7 +128,14 @@ func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
 		b.restart(now) // full: nothing accrues, fraction included
 		return b.burst
 	}
-	whole, _ := b.accrued(now.Sub(b.base))
+	d := now.Sub(b.base)
+	if !waiting && b.reached(d, b.credited+b.burst-avail) {
+		// Full again (the usual case of a limiter that is seldom empty):
+		// told by two multiplications, without accrued's division.
+		b.restart(now)
+		return b.burst
+	}
+	whole, _ := b.accrued(d)
 	if k := whole - b.credited; k > 0 {
 		b.credited = whole
 		avail += k
