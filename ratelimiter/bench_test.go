@@ -31,7 +31,7 @@ func newFast(b *testing.B) *ratelimiter.Limiter {
 // newUber returns go.uber.org/ratelimit's limiter at the same rate. At 1e9/s
 // its slot is 1 ns away, so a call on a fresh clock reading never sleeps; a
 // large slack keeps two goroutines whose readings went stale from sleeping
-// too (as ../shared/perf/peers does).
+// too (as the project's side-by-side peer harness does).
 func newUber() ratelimit.Limiter {
 	return ratelimit.New(int(fastRate), ratelimit.WithSlack(10_000_000))
 }
