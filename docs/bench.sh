@@ -20,11 +20,19 @@ run ratelimiter go test -run '^$' -bench . -count 5 -benchmem ./ratelimiter ./se
 run sched go test -run '^$' -bench . -count 5 -benchmem ./sched
 # The shared-memory table against x/time/rate and sync.Map.
 run sharedbucket go test -run '^$' -bench . -count 5 -benchmem ./sharedbucket
-# The stores alone and the /allow handler without the network.
-run stores go test -run '^$' -bench Allow -count 5 -benchmem ./service/ ./service/store/...
+# The stores alone (the memory store against its map-and-mutex predecessor),
+# the /allow and ShouldRateLimit handlers without the network.
+run stores go test -run '^$' -bench 'Allow|Memory|ShouldRateLimit' -count 5 -benchmem ./service/ ./service/store/...
+# The httplimit middleware's cost over a bare handler, against go-chi/httprate.
+run middleware go test -run '^$' -bench Middleware -count 5 -benchmem ./httplimit
+# /allow over real HTTP on loopback against a bare net/http server, same run.
+run loopback go test -run '^$' -bench Loopback -benchtime 20000x -count 5 -benchmem ./internal/cli
 # sluice serve over loopback at 5k req/s and at peak, against a bare
 # net/http server in the same run.
 run load env SLUICE_LOADTEST=1 go test -count=1 -run TestServiceLoad -v ./internal/loadgen
 # Decisions while Redis is down (killed by the test) and the time to recover.
 run outage go test -count=1 -run TestRedisOutageCostsMilliseconds -v ./cmd/sluice
+# Decisions per second and p50/p99 over gRPC against the HTTP API, same serve.
+run grpc env SLUICE_MEASURE=1 SLUICE_MEASURE_SECS=5 SLUICE_MEASURE_STORES=memory,shm,redis \
+  go test -count=1 -run MeasureGRPCvsHTTP -v -timeout 10m ./cmd/sluice
 date -u '+done: %Y-%m-%d %H:%M UTC' | tee -a "$out/machine.txt"
