@@ -166,14 +166,32 @@ func TestCorrupt(t *testing.T) {
 			binary.LittleEndian.PutUint64(raw[8:], formatVersion+1)
 			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
 			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "format version 3"},
-		"older version": {func(t *testing.T, p string) {
+		}, "format version 4, this code reads 3: a table made by a newer version; run every process that shares it on one version"},
+		// A version 2 file (SipHash-1-3, hash id 1): its processes put keys
+		// elsewhere, so sharing it would split every key's limit.
+		"version 2 (SipHash)": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[8:], 2)
+			binary.LittleEndian.PutUint64(raw[120:], 1)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "format version 2, this code reads 3: a table made by an older version, whose processes hash keys differently; " +
+			"stop every process using it, remove the file, and run them all on this version"},
+		"version 1": {func(t *testing.T, p string) {
 			raw, err := os.ReadFile(p)
 			require.NoError(t, err)
 			binary.LittleEndian.PutUint64(raw[8:], 1)
 			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
 			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "an older version: stop the processes using it, then remove the file"},
+		}, "format version 1, this code reads 3"},
+		"version 3 with the SipHash id": {func(t *testing.T, p string) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			binary.LittleEndian.PutUint64(raw[120:], 1)
+			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+			require.NoError(t, os.WriteFile(p, raw, 0o600))
+		}, "hash id 1"},
 		"bad slot count": {func(t *testing.T, p string) {
 			raw, err := os.ReadFile(p)
 			require.NoError(t, err)
@@ -295,7 +313,7 @@ func TestStaleBootReplaced(t *testing.T) {
 	require.NoError(t, err)
 	// The previous uptime left a key deep in debt, far ahead of our clock.
 	require.True(t, old.AllowN("k", 10))
-	slotAt(old.slots, hashKey(old.k0, old.k1, "k")&old.mask).tat.Store(Now() + int64(time.Hour))
+	slotAt(old.slots, old.hk.hash("k")&old.mask).tat.Store(Now() + int64(time.Hour))
 	oldNonce := old.nonce
 	require.NoError(t, old.Close())
 
