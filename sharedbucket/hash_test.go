@@ -176,21 +176,21 @@ func TestHashAvalanche(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	hk := newHasher(r.Uint64(), r.Uint64())
 	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 24, 32, 33, 64, MaxKeyLen} {
-		for bit := range 8 * n {
-			var msgs []string
-			for range 64 {
-				b := make([]byte, n)
-				for i := range b {
-					b[i] = byte(r.Uint32())
-				}
-				msgs = append(msgs, string(b))
+		var msgs []string
+		for range 32 {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = byte(r.Uint32())
 			}
+			msgs = append(msgs, string(b))
+		}
+		for bit := range 8 * n {
 			frac := flippedBits(msgs, func(m string) (uint64, uint64) {
 				b := []byte(m)
 				b[bit/8] ^= 1 << (bit % 8)
 				return hk.sum(m), hk.sum(string(b))
 			})
-			require.InDelta(t, 0.5, frac, 0.07, "len %d bit %d", n, bit)
+			require.InDelta(t, 0.5, frac, 0.08, "len %d bit %d", n, bit) // 7σ for 32 messages
 		}
 	}
 }
