@@ -60,12 +60,12 @@
 // lives in the first slot of its 8-slot probe window whose key word holds its
 // hash: a multiply-fold hash keyed by a random 128-bit key stored in the
 // file, cut to 63 bits, so nobody who cannot read the file can choose keys
-// that collide in one window (~3 ns for a 16-byte key; SipHash-1-3 until
-// format version 3). A lookup scans the whole window before
-// anything is claimed. A new key takes an empty slot, else the slot whose
-// bucket has been full the longest, else (every bucket in the window is
-// live) it evicts the bucket nearest to full: more than its share for the
-// victim, never less.
+// that collide in one window (two 64-bit multiplies for a key of up to 16
+// bytes; SipHash-1-3 until format version 3). A lookup scans the whole
+// window before anything is claimed. A new key takes an empty slot, else
+// the slot whose bucket has been full the longest, else (every bucket in
+// the window is live) it evicts the bucket nearest to full: more than its
+// share for the victim, never less.
 //
 // Moving a slot to a new key is a short protocol of single-word CASes: the
 // old owner's floor is raised, the key word is locked (its top bit), the TAT
