@@ -98,13 +98,14 @@ func (hk *hasher) sum(key string) uint64 {
 		a = load64(p, 0)
 		b = load64(p, n-8)
 	default:
-		l := n
-		for ; l > 16; l -= 16 {
-			seed = mix(load64(p, 0)^hk.s[1], load64(p, 8)^seed)
-			p = unsafe.Add(p, 16)
+		// Whole 16-byte chunks while more than 16 bytes are left, then the
+		// last 16 bytes (overlapping the last chunk unless n is a multiple
+		// of 16).
+		for i := uint64(0); n-i > 16; i += 16 {
+			seed = mix(load64(p, i)^hk.s[1], load64(p, i+8)^seed)
 		}
-		a = load64(p, l-16)
-		b = load64(p, l-8)
+		a = load64(p, n-16)
+		b = load64(p, n-8)
 	}
 	return mix(n^hk.s[3], mix(a^hk.s[1], b^hk.s[2]^seed)^hk.s[4])
 }
