@@ -98,14 +98,14 @@
 //
 // # Upgrades
 //
-// The file format has a version (3 since the hash changed; see header.go),
-// and every process refuses a file of another version with ErrCorrupt
-// naming both versions, rather than share it: two versions that hash keys
-// differently would each keep their own bucket for a key and split its
-// limit. So an old and a new binary never share a table file: whichever
-// did not create it fails at Open. To upgrade,
-// stop every process using the directory's tables, remove the table files
-// (*.sbt; buckets start full again), and start them all on the new version.
+// The file format has a version (3 since the key hash changed).
+// A process refuses a file of another version with ErrCorrupt naming both
+// versions, rather than share it: two versions that hash keys differently
+// would each keep their own bucket for a key and split its limit. So an old
+// and a new binary never share a table file: whichever finds a file made by
+// the other fails at Open. To upgrade, stop every process using the tables,
+// remove their files (an Arena's are dir/*.sbt, see [TableExt]; every bucket
+// starts full again), and start them all on the new version.
 //
 // All processes that share a table must run on the same host and in the same
 // time namespace (they must agree on the monotonic clock). Truncating or
