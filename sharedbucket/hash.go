@@ -33,8 +33,10 @@ import (
 // word, or a value already derived from secret words, so no input known in
 // advance zeroes or fixes a product. Go's runtime does the same in the map
 // hash it falls back to where AES instructions are missing
-// (memhashFallback, its defence against hash flooding): both sides of each
-// multiply are XORed with per-process random words.
+// (memhashFallback in runtime/hash64.go, its defence against hash
+// flooding): both sides of each multiply of input words are XORed with
+// per-process random words. Only its last multiply, by the length, has a
+// public side (a constant); here that one is keyed too.
 type hasher struct {
 	s [5]uint64 // secret words, see newHasher
 }
