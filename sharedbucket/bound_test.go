@@ -173,7 +173,7 @@ func boundUnderSkew(t *testing.T, skew int64) int {
 	wg.Wait()
 	checked := 0
 	for k, name := range names {
-		if evicted[hashKey(tb.k0, tb.k1, name)] {
+		if evicted[tb.hk.hash(name)] {
 			continue
 		}
 		var all []spendRec

@@ -27,7 +27,7 @@ type Bucket struct {
 func (t *Table) Bucket(key string) *Bucket {
 	b := &Bucket{t: t}
 	if len(key) != 0 && len(key) <= MaxKeyLen {
-		b.h = hashKey(t.k0, t.k1, key)
+		b.h = t.hk.hash(key)
 		if s := t.find(b.h); s != nil {
 			b.s.Store(s)
 		}

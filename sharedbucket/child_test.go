@@ -322,7 +322,7 @@ func childChurn() error {
 	index := map[uint64]int{}
 	for i := range names {
 		names[i] = "churn-" + strconv.Itoa(i)
-		index[hashKey(tb.k0, tb.k1, names[i])] = i
+		index[tb.hk.hash(names[i])] = i
 	}
 	excluded := map[int]bool{}
 	var mu sync.Mutex

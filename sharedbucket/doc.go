@@ -58,12 +58,14 @@
 //
 // A table has a power-of-two number of 16-byte slots, {key word, TAT}. A key
 // lives in the first slot of its 8-slot probe window whose key word holds its
-// hash (SipHash-1-3 under a random key stored in the file, cut to 63 bits, so
-// nobody can choose colliding keys). A lookup scans the whole window before
-// anything is claimed. A new key takes an empty slot, else the slot whose
-// bucket has been full the longest, else (every bucket in the window is
-// live) it evicts the bucket nearest to full: more than its share for the
-// victim, never less.
+// hash: a multiply-fold hash keyed by a random 128-bit key stored in the
+// file, cut to 63 bits, so nobody who cannot read the file can choose keys
+// that collide in one window (two 64-bit multiplies for a key of up to 16
+// bytes; SipHash-1-3 until format version 3). A lookup scans the whole
+// window before anything is claimed. A new key takes an empty slot, else
+// the slot whose bucket has been full the longest, else (every bucket in
+// the window is live) it evicts the bucket nearest to full: more than its
+// share for the victim, never less.
 //
 // Moving a slot to a new key is a short protocol of single-word CASes: the
 // old owner's floor is raised, the key word is locked (its top bit), the TAT
@@ -93,6 +95,17 @@
 // refused. [NewArena] keeps named tables, one file each, in one directory;
 // [DefaultDir] is the default place (a tmpfs directory private to the user
 // where there is one).
+//
+// # Upgrades
+//
+// The file format has a version (3 since the key hash changed).
+// A process refuses a file of another version with ErrCorrupt naming both
+// versions, rather than share it: two versions that hash keys differently
+// would each keep their own bucket for a key and split its limit. So an old
+// and a new binary never share a table file: whichever finds a file made by
+// the other fails at Open. To upgrade, stop every process using the tables,
+// remove their files (an Arena's are dir/*.sbt, see [TableExt]; every bucket
+// starts full again), and start them all on the new version.
 //
 // All processes that share a table must run on the same host and in the same
 // time namespace (they must agree on the monotonic clock). Truncating or

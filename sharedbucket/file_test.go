@@ -149,6 +149,20 @@ func flip(t *testing.T, path string, off int64) {
 	patch(t, path, off, []byte{^raw[off]})
 }
 
+// rewrite returns a damage that sets header words (offset → value) and
+// recomputes the header checksum, as a writer of another version would.
+func rewrite(words map[int]uint64) func(t *testing.T, path string) {
+	return func(t *testing.T, path string) {
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for off, v := range words {
+			binary.LittleEndian.PutUint64(raw[off:], v)
+		}
+		binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
+		require.NoError(t, os.WriteFile(path, raw, 0o600))
+	}
+}
+
 func TestCorrupt(t *testing.T) {
 	for name, tc := range map[string]struct {
 		damage func(t *testing.T, path string)
@@ -160,27 +174,16 @@ func TestCorrupt(t *testing.T) {
 		"truncated":           {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, headerSize+64)) }, "truncated"},
 		"shorter than header": {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 100)) }, "shorter than a header"},
 		"empty":               {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 0)) }, "shorter than a header"},
-		"future version": {func(t *testing.T, p string) {
-			raw, err := os.ReadFile(p)
-			require.NoError(t, err)
-			binary.LittleEndian.PutUint64(raw[8:], formatVersion+1)
-			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
-			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "format version 3"},
-		"older version": {func(t *testing.T, p string) {
-			raw, err := os.ReadFile(p)
-			require.NoError(t, err)
-			binary.LittleEndian.PutUint64(raw[8:], 1)
-			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
-			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "an older version: stop the processes using it, then remove the file"},
-		"bad slot count": {func(t *testing.T, p string) {
-			raw, err := os.ReadFile(p)
-			require.NoError(t, err)
-			binary.LittleEndian.PutUint64(raw[32:], 12)
-			binary.LittleEndian.PutUint32(raw[crcOffset:], crc32.Checksum(raw[:crcOffset], castagnoli))
-			require.NoError(t, os.WriteFile(p, raw, 0o600))
-		}, "slot count 12"},
+		"future version": {rewrite(map[int]uint64{8: formatVersion + 1}),
+			"format version 4, this code reads 3: a table made by a newer version; run every process that shares it on one version"},
+		// A version 2 file (SipHash-1-3, hash id 1): its processes put keys
+		// elsewhere, so sharing it would split every key's limit.
+		"version 2 (SipHash)": {rewrite(map[int]uint64{8: 2, 120: 1}),
+			"format version 2, this code reads 3: a table made by an older version, whose processes hash keys differently; " +
+				"stop every process using it, remove the file, and run them all on this version"},
+		"version 1":                     {rewrite(map[int]uint64{8: 1}), "format version 1, this code reads 3"},
+		"version 3 with the SipHash id": {rewrite(map[int]uint64{120: 1}), "hash id 1"},
+		"bad slot count":                {rewrite(map[int]uint64{32: 12}), "slot count 12"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := corruptCase(t, func(p string) { tc.damage(t, p) })
@@ -295,7 +298,7 @@ func TestStaleBootReplaced(t *testing.T) {
 	require.NoError(t, err)
 	// The previous uptime left a key deep in debt, far ahead of our clock.
 	require.True(t, old.AllowN("k", 10))
-	slotAt(old.slots, hashKey(old.k0, old.k1, "k")&old.mask).tat.Store(Now() + int64(time.Hour))
+	slotAt(old.slots, old.hk.hash("k")&old.mask).tat.Store(Now() + int64(time.Hour))
 	oldNonce := old.nonce
 	require.NoError(t, old.Close())
 

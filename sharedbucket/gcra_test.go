@@ -259,7 +259,7 @@ func TestSkew(t *testing.T) {
 	const T = int64(100 * time.Millisecond)
 	tb := openTemp(t, p)
 	require.True(t, tb.AllowAt("k", 1, t0))
-	s := tb.find(hashKey(tb.k0, tb.k1, "k"))
+	s := tb.find(tb.hk.hash("k"))
 	require.NotNil(t, s)
 
 	// Past-dated by an hour: exactly full, exactly b.

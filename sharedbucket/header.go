@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// File format, version 2. All integers little-endian at 8-byte offsets.
+// File format, version 3. All integers little-endian at 8-byte offsets.
 //
 //	0    magic "SLUICEBT"
-//	8    format version (1)
+//	8    format version (3)
 //	16   header size (4096)
 //	24   slot size (16)
 //	32   slot count (a power of two)
@@ -23,7 +23,7 @@ import (
 //	96   Limit as asked by the creator (display only)
 //	104  Window as asked by the creator, ns (display only)
 //	112  probe window (8)
-//	120  hash id (1 = SipHash-1-3)
+//	120  hash id (2 = the keyed multiply-fold of hash.go)
 //	128  hash key (16 bytes, random per file)
 //	144  creation nonce (16 bytes, random)
 //	160  creation wall time, Unix ns
@@ -31,16 +31,23 @@ import (
 //
 // The header is immutable once the file has a name. Bytes [2048, 4096) of
 // the first page hold 256 floor words (int64 clock readings, see
-// Table.claim); the rest is reserved. Version 2 changed the slot protocol
-// (key words of 63 bits, a lock bit, floors): version 1 files are refused. Slots follow at 4096: {key uint64, tat int64}, where key
-// is the full keyed hash of the key (0 = empty) and tat is the theoretical
-// arrival time in ns of the clock named at 56 (≤ now means a full bucket).
+// Table.claim); the rest is reserved. Slots follow at 4096: {key uint64, tat
+// int64}, where key is the keyed hash of the key (0 = empty) and tat is the
+// theoretical arrival time in ns of the clock named at 56 (≤ now means a full
+// bucket).
+//
+// Versions: 2 changed the slot protocol (key words of 63 bits, a lock bit,
+// floors); 3 changed the hash (SipHash-1-3, hash id 1, to hash id 2), which
+// decides both where a key lives and the key word stored for it. Processes
+// that hashed differently would each find their own slot for a key and
+// split its limit, so a file of any other version is refused with
+// ErrCorrupt, never read.
 const (
 	magic         = "SLUICEBT"
-	formatVersion = 2
+	formatVersion = 3
 	headerSize    = 4096
 	slotSize      = 16
-	hashSip13     = 1
+	hashMulFold   = 2 // hash id, see hasher
 	probeWindow   = 8
 	crcOffset     = 168
 	floorsOffset  = 2048
@@ -82,7 +89,7 @@ func (h *header) encode() []byte {
 	le.PutUint64(buf[96:], uint64(h.limit))
 	le.PutUint64(buf[104:], uint64(h.window))
 	le.PutUint64(buf[112:], probeWindow)
-	le.PutUint64(buf[120:], hashSip13)
+	le.PutUint64(buf[120:], hashMulFold)
 	le.PutUint64(buf[128:], h.k0)
 	le.PutUint64(buf[136:], h.k1)
 	copy(buf[144:160], h.nonce[:])
@@ -105,10 +112,14 @@ func decodeHeader(buf []byte) (*header, error) {
 	}
 	le := binary.LittleEndian
 	if v := le.Uint64(buf[8:]); v != formatVersion {
+		// Why refuse rather than convert: processes of the other version may
+		// be using the file right now, and they would place keys elsewhere.
 		if v < formatVersion {
-			return nil, bad("format version %d, this code reads %d (a table made by an older version: stop the processes using it, then remove the file)", v, formatVersion)
+			return nil, bad("format version %d, this code reads %d: a table made by an older version, whose processes hash keys differently; "+
+				"stop every process using it, remove the file, and run them all on this version", v, formatVersion)
 		}
-		return nil, bad("format version %d, this code reads %d", v, formatVersion)
+		return nil, bad("format version %d, this code reads %d: a table made by a newer version; "+
+			"run every process that shares it on one version (or remove the file once none uses it)", v, formatVersion)
 	}
 	if got, want := le.Uint32(buf[crcOffset:]), crc32.Checksum(buf[:crcOffset], castagnoli); got != want {
 		return nil, bad("header checksum %08x, computed %08x", got, want)
@@ -137,7 +148,7 @@ func decodeHeader(buf []byte) (*header, error) {
 		return nil, bad("total size %d for %d slots", h.total, h.slots)
 	case h.clock != clockLinux && h.clock != clockDarwin:
 		return nil, bad("clock id %d", h.clock)
-	case le.Uint64(buf[112:]) != probeWindow, le.Uint64(buf[120:]) != hashSip13:
+	case le.Uint64(buf[112:]) != probeWindow, le.Uint64(buf[120:]) != hashMulFold:
 		return nil, bad("probe window %d / hash id %d", le.Uint64(buf[112:]), le.Uint64(buf[120:]))
 	case h.canon.interval < 1 || h.canon.burst < 1 || h.canon.interval > (maxTau-1)/h.canon.burst:
 		return nil, bad("policy T=%d b=%d", h.canon.interval, h.canon.burst)

@@ -176,7 +176,7 @@ func TestForgetNoTombstones(t *testing.T) {
 	var k1, k2 string
 	for i := 0; k2 == ""; i++ {
 		k := "key-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
-		home := hashKey(tb.k0, tb.k1, k) & tb.mask
+		home := tb.hk.hash(k) & tb.mask
 		if other, ok := byHome[home]; ok {
 			k1, k2 = other, k
 		}
@@ -184,7 +184,7 @@ func TestForgetNoTombstones(t *testing.T) {
 	}
 	require.True(t, tb.AllowAt(k1, 10, t0))
 	require.True(t, tb.AllowAt(k2, 10, t0))
-	h1, h2 := hashKey(tb.k0, tb.k1, k1), hashKey(tb.k0, tb.k1, k2)
+	h1, h2 := tb.hk.hash(k1), tb.hk.hash(k2)
 	require.Equal(t, 0, pos(tb, h1))
 	require.Equal(t, 1, pos(tb, h2))
 

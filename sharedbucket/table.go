@@ -65,7 +65,7 @@ type Table struct {
 	interval   int64          // T, ns per token
 	burst      int64          // b, tokens
 	tau        int64          // b·T, ns
-	k0, k1     uint64         // hash key of this file
+	hk         hasher         // keyed hash of this file's keys
 	failClosed bool
 	coarse     *coarseClock // nil: read CLOCK_MONOTONIC on every call
 	closed     atomic.Bool  // set once, by Close
@@ -103,8 +103,7 @@ func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
 		interval:   h.canon.interval,
 		burst:      h.canon.burst,
 		tau:        h.canon.tau(),
-		k0:         h.k0,
-		k1:         h.k1,
+		hk:         newHasher(h.k0, h.k1),
 		failClosed: cfg.failClosed,
 		counts:     newCounters(),
 		rare:       new(rareCounters),
@@ -136,7 +135,7 @@ func (t *Table) AllowN(key string, cost int64) bool {
 	if !t.validCall(key, cost) {
 		return false
 	}
-	h := hashKey(t.k0, t.k1, key)
+	h := t.hk.hash(key)
 	return t.decideFrom(h, cost, t.now(), true, nil).ok
 }
 
@@ -154,7 +153,7 @@ func (t *Table) AllowAt(key string, cost, now int64) bool {
 	if !t.validCall(key, cost) || !validNow(now) {
 		return false
 	}
-	return t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil).ok
+	return t.decideFrom(t.hk.hash(key), cost, now, false, nil).ok
 }
 
 // Decision is one decision with its figures, all from the same read of the
@@ -185,7 +184,7 @@ func (t *Table) DecideN(key string, cost int64) Decision {
 	if !t.validCall(key, cost) {
 		return Decision{RetryAfter: Never}
 	}
-	h := hashKey(t.k0, t.k1, key)
+	h := t.hk.hash(key)
 	return t.decision(t.decideFrom(h, cost, t.now(), true, nil), cost)
 }
 
@@ -194,7 +193,7 @@ func (t *Table) DecideAt(key string, cost, now int64) Decision {
 	if !t.validCall(key, cost) || !validNow(now) {
 		return Decision{RetryAfter: Never}
 	}
-	return t.decision(t.decideFrom(hashKey(t.k0, t.k1, key), cost, now, false, nil), cost)
+	return t.decision(t.decideFrom(t.hk.hash(key), cost, now, false, nil), cost)
 }
 
 // decision turns an outcome into its figures.
@@ -617,7 +616,7 @@ func (t *Table) debt(key string, now int64, live bool) (int64, bool) {
 	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() || !live && !validNow(now) {
 		return 0, false
 	}
-	h := hashKey(t.k0, t.k1, key)
+	h := t.hk.hash(key)
 	return t.debtOf(h, t.find(h), now, live), true
 }
 
@@ -715,7 +714,7 @@ func (t *Table) Reset(key string) {
 	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() {
 		return
 	}
-	h := hashKey(t.k0, t.k1, key)
+	h := t.hk.hash(key)
 	if s := t.find(h); s != nil {
 		for {
 			tat := s.tat.Load()
@@ -733,7 +732,7 @@ func (t *Table) Forget(key string) {
 	if len(key) == 0 || len(key) > MaxKeyLen || t.closed.Load() {
 		return
 	}
-	h := hashKey(t.k0, t.k1, key)
+	h := t.hk.hash(key)
 	home := h & t.mask
 	for i := range uint64(probeWindow) {
 		s := slotAt(t.slots, (home+i)&t.mask)
