@@ -26,8 +26,8 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
+	intervals  intervalCache // first: at the start of the allocation, its entries start cache lines
 	seed       maphash.Seed
-	intervals  intervalCache
 	clock      func() time.Duration // WithClock's; nil means the monotonic time since start
 	start      time.Time
 	sweepEvery time.Duration // WithSweep's
