@@ -1,12 +1,14 @@
 package service_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -398,4 +400,27 @@ func TestCanceledRequestsAreCounted(t *testing.T) {
 	assert.Contains(t, m, `sluice_decisions_total{policy="default",result="canceled"} 1`)
 	assert.Contains(t, m, `sluice_store_errors_total{store="memory"} 0`)
 	assert.EqualValues(t, 1, f.get(t, "/stats").body["canceled_total"])
+}
+
+// TestSlowBodyTimesOut sends a POST whose body never completes: the server
+// must answer 400 once BodyTimeout passes (with no http.Server ReadTimeout,
+// as httptest's server has none), not hold the connection for as long as
+// the client drips.
+func TestSlowBodyTimesOut(t *testing.T) {
+	f := newFixture(t, func(c *service.Config) { c.BodyTimeout = 50 * time.Millisecond })
+	conn, err := net.Dial("tcp", f.ts.Listener.Addr().String())
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /allow HTTP/1.1\r\nHost: sluice\r\n"+
+		"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nkey=a")
+	require.NoError(t, err)
+	// The client's own bound, far above BodyTimeout: reaching it is the failure.
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer: the body read has no deadline")
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", raw)
+	assert.Contains(t, string(raw), "reading body")
+	assert.Equal(t, service.Stats{}, f.srv.Stats(), "nothing decided")
 }

@@ -17,21 +17,37 @@ import (
 //
 // Callers guarantee 1 ≤ cost and cost·T ≤ tau.
 func Decide(tat, now, cost, T, tau int64) (newTAT int64, r Result) {
-	base := tat
-	if base < now {
-		base = now // a bucket cannot hold more than full: idle time beyond full is forgotten
+	base, next, ok := admit(tat, now, cost, T, tau)
+	r = result(ok, base, next, now, T, tau)
+	if !ok {
+		return tat, r
 	}
-	next := base + cost*T
-	if next-now <= tau {
+	return next, r
+}
+
+// admit is Decide's rule alone, in integers: base = max(tat, now), the TAT an
+// allowed request moves to (next), and whether it is allowed. Why apart from
+// result: a store that updates the TAT with a compare-and-swap keeps the
+// window between reading the TAT and swapping it to these few instructions,
+// and builds the Result (with its float division) after the swap.
+func admit(tat, now, cost, T, tau int64) (base, next int64, ok bool) {
+	base = max(tat, now) // a bucket cannot hold more than full: idle time beyond full is forgotten
+	next = base + cost*T
+	return base, next, next-now <= tau
+}
+
+// result is the Result of an admit that returned base, next and ok.
+func result(ok bool, base, next, now, T, tau int64) (r Result) {
+	if ok {
 		r.Allowed = true
 		r.Remaining = float64(tau-(next-now)) / float64(T)
 		r.ResetAfter = time.Duration(next - now)
-		return next, r
+		return r
 	}
 	r.RetryAfter = time.Duration(next - tau - now)
 	r.Remaining = float64(tau-(base-now)) / float64(T)
 	r.ResetAfter = time.Duration(base - now)
-	return tat, r
+	return r
 }
 
 // Check validates the cost every store's Allow receives: it returns

@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -83,4 +85,20 @@ func TestPolicyValidate(t *testing.T) {
 	assert.Equal(t, 100*time.Millisecond, store.Policy{Rate: 10}.Interval())
 	assert.Equal(t, 2*time.Second, store.Policy{Rate: 0.5}.Interval())
 	assert.Equal(t, time.Second, store.Policy{Rate: 10, Burst: 10}.Tolerance())
+}
+
+// TestIntervalRoundsHalvesAway checks Interval's Floor(x + 0.5) against
+// math.Round over the rates a valid policy may have, ties included.
+func TestIntervalRoundsHalvesAway(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	rates := []float64{1e9, 999_999_999, 2, 1.5, 1, 0.5, 1e-3, 4e8 / 3, 1e9 / 2.5}
+	for range 100_000 {
+		rates = append(rates, math.Exp(rng.Float64()*math.Log(1e9/1e-4))*1e-4) // 1e-4 … 1e9, log-uniform
+	}
+	for _, r := range rates {
+		want := time.Duration(math.Round(float64(time.Second) / r))
+		require.Equal(t, want, store.Policy{Rate: r}.Interval(), "rate %v", r)
+	}
+	// 2e9/5 per second is 2.5 ns per token: a tie, rounded away from zero.
+	require.Equal(t, time.Duration(3), store.Policy{Rate: 4e8}.Interval())
 }

@@ -26,6 +26,7 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
+	intervals  intervalCache // first: at the start of the allocation, its entries start cache lines
 	seed       maphash.Seed
 	clock      func() time.Duration // WithClock's; nil means the monotonic time since start
 	start      time.Time
@@ -72,6 +73,46 @@ type memSlot struct {
 // this far in the past, so no real TAT equals it.
 const frozen = math.MinInt64
 
+// intervalCache remembers the emission interval T of the rates a store saw
+// last, so that a decision does not divide and round per call (Interval is
+// a tenth of a hot-key decision). It holds intervalWays rates, placed by
+// their bits; a rate that finds its place taken by another is computed and
+// takes the place over. Lookups take no lock: each entry is a seqlock whose
+// writers claim it with a compare-and-swap, and a reader that saw a write
+// in progress or finished meanwhile computes T itself.
+type intervalCache struct {
+	ways [intervalWays]intervalEntry
+}
+
+const intervalWays = 8 // a power of two
+
+type intervalEntry struct {
+	seq  atomic.Uint64 // odd while a writer fills the entry
+	rate atomic.Uint64 // math.Float64bits of the rate; 0 (never a valid rate) while empty
+	t    atomic.Int64
+	_    [40]byte // one entry per cache line: a writer does not slow the readers of other rates
+}
+
+// of returns Policy{Rate: rate}.Interval() in nanoseconds.
+func (c *intervalCache) of(rate float64) int64 {
+	bits := math.Float64bits(rate)
+	e := &c.ways[(bits^bits>>32^bits>>45)&(intervalWays-1)]
+	seq := e.seq.Load()
+	if seq&1 == 0 && e.rate.Load() == bits {
+		t := e.t.Load()
+		if e.seq.Load() == seq {
+			return t
+		}
+	}
+	t := int64(Policy{Rate: rate}.Interval())
+	if seq&1 == 0 && e.seq.CompareAndSwap(seq, seq+1) {
+		e.rate.Store(bits)
+		e.t.Store(t)
+		e.seq.Store(seq + 2)
+	}
+	return t
+}
+
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)
 
@@ -117,10 +158,10 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	if m.closed.Load() {
 		return Result{}, ErrClosed
 	}
-	if err := Check(cost, p); err != nil {
-		return Result{}, err
+	if cost < 1 || cost > p.Burst {
+		return Result{}, Check(cost, p)
 	}
-	T := int64(p.Interval())
+	T := m.intervals.of(p.Rate)
 	tau := T * p.Burst
 	// One hash serves both the shard (its low bits) and the slot (the rest).
 	h := maphash.String(m.seed, key)
@@ -139,9 +180,9 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 			if tat == frozen {
 				break // the table is being replaced: take the lock
 			}
-			next, r := Decide(tat, now, cost, T, tau)
-			if !r.Allowed || slot.tat.CompareAndSwap(tat, next) {
-				return r, nil
+			base, next, ok := admit(tat, now, cost, T, tau)
+			if !ok || slot.tat.CompareAndSwap(tat, next) {
+				return result(ok, base, next, now, T, tau), nil
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,3 +60,31 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 }
 
 func maphashString(m *Memory, k string) uint64 { return maphash.String(m.seed, k) }
+
+// TestIntervalCacheUnderChurn has goroutines ask for more rates than the
+// cache has ways, so entries are overwritten while others read them: every
+// answer must still be the rate's own interval (a torn read of one rate's
+// bits with another's T would fail it).
+func TestIntervalCacheUnderChurn(t *testing.T) {
+	var c intervalCache
+	rates := make([]float64, 4*intervalWays)
+	for i := range rates {
+		rates[i] = float64(i+1) * 7.3
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20_000 {
+				r := rates[(i*(g+1))%len(rates)]
+				if got, want := c.of(r), int64(Policy{Rate: r}.Interval()); got != want {
+					t.Errorf("rate %v: interval %d, want %d", r, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(Policy{Rate: 7.3}.Interval()), c.of(7.3))
+}

@@ -41,9 +41,13 @@ type Policy struct {
 }
 
 // Interval is the GCRA emission interval T: the time one token takes to
-// refill, rounded to the nanosecond.
+// refill, rounded to the nanosecond (halves away from zero).
 func (p Policy) Interval() time.Duration {
-	return time.Duration(math.Round(float64(time.Second) / p.Rate))
+	// Why Floor(x + 0.5) and not math.Round(x): it is one rounding
+	// instruction on amd64 and arm64 instead of Round's bit manipulation,
+	// and the same value for every x a valid policy has (1 ≤ x < 2^52,
+	// where x + 0.5 is exact).
+	return time.Duration(math.Floor(float64(time.Second)/p.Rate + 0.5))
 }
 
 // Tolerance is τ = Burst·T: how far ahead of now a key's theoretical arrival
