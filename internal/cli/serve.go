@@ -213,16 +213,19 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	}
 	hs := &http.Server{
 		Handler: srv,
-		// Why these two and not ReadTimeout/WriteTimeout: a client that
-		// sends its headers slowly (slowloris) or goes quiet between requests
-		// must not hold a connection forever, and these two bound exactly
-		// that. ReadTimeout and WriteTimeout would arm two more timers on
-		// every request (a few percent of the server's CPU at the peak) to
-		// guard what this service bounds otherwise: a POST body gets its own
-		// read deadline (service.Config.BodyTimeout), and a response is a few hundred
-		// bytes, which the socket buffer takes without waiting. docs/service.md
+		// Why these, and not ReadTimeout: a client that sends its headers
+		// slowly (slowloris) or goes quiet between requests must not hold
+		// a connection forever; ReadHeaderTimeout and IdleTimeout bound
+		// that, and a POST body gets its own read deadline
+		// (service.Config.BodyTimeout), so ReadTimeout would only arm one
+		// more timer per request. WriteTimeout stays although it costs
+		// about a percent of the server's CPU at the peak: without it a
+		// client that sends requests and never reads the answers keeps its
+		// connection, with full socket buffers (hundreds of KiB of kernel
+		// memory each), for as long as it likes. docs/service.md
 		// ("Timeouts") has the trade-off.
 		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
