@@ -450,6 +450,11 @@ func (q *Queue) Close(err error) bool {
 	if q.closed != nil {
 		return false
 	}
+	if q.settle != nil && q.queue.Front() == nil {
+		// The Settler's state comes under the lock for good, up to date:
+		// the units the queue keeps are those of the Close instant.
+		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
 	q.closed = err
 	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {
 		q.queue.Remove(wt)
@@ -471,6 +476,8 @@ func (q *Queue) Closed() error {
 
 // Available returns the number of free units, as last brought up to date.
 // Units may be free while callers wait: the head needs more than are free.
+// With a Settler Source it counts only the units the queue holds (0 while
+// the Source's own word has them).
 func (q *Queue) Available() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
