@@ -96,19 +96,27 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 	if f == nil {
 		return false, false
 	}
+	if n > f.burst {
+		// More than a full bucket: never at once, whoever holds the state
+		// (the queue keeps at most burst while nobody waits).
+		return false, true
+	}
+	// The clock is read once, before the word: the window between the
+	// load and the compare-and-swap is then a few instructions, and two
+	// goroutines seldom collide in it. A reading older than the word's
+	// last writer's (or than a retry's word) can only refuse, never grant
+	// early: max(TAT, now) + n·T − now only grows as now goes back.
+	if f.tat.Load() == held {
+		return false, false // no clock read for nothing: the locked path reads its own
+	}
+	now := b.nanos()
+	if uint64(now) >= fastLimit {
+		return false, false // before the epoch (a mock set back) or 73 years on
+	}
 	for {
 		tat := f.tat.Load()
 		if tat == held {
 			return false, false
-		}
-		// Read after the word: a reading older than the word's last
-		// writer's can only refuse, never grant early.
-		now := b.nanos()
-		if uint64(now) >= fastLimit {
-			return false, false // before the epoch (a mock set back) or 73 years on
-		}
-		if n > f.burst {
-			return false, true // more than a full bucket: never at once
 		}
 		t := max(tat, now) + n*f.period
 		if t-now > f.span {
