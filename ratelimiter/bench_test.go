@@ -59,9 +59,10 @@ func parallel(b *testing.B, g int, body func()) {
 }
 
 // lockedRate is a rate as fast as fastRate for the benchmark's purpose
-// whose token interval (3⅓ ns) is not a whole number of ns: the limiter
-// decides every call under the queue's lock (see the package doc).
-const lockedRate = 3e8
+// whose token interval (1e9/7.3e8 ns) is not a whole number of 1/k ns for
+// any small k: the limiter decides every call under the queue's lock (see
+// the package doc).
+const lockedRate = 7.3e8
 
 // BenchmarkTryAcquire: TryAcquire(1) against x/time/rate's Allow, same run,
 // on 1 and 2 goroutines; impl=sluice-locked is a rate without the lock-free

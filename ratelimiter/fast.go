@@ -28,11 +28,18 @@ import (
 // TAT + n·T − now ≤ burst·T.) Tokens and the fraction of the next one
 // read the same from either form, since TAT − base is a whole number of T.
 //
+// When T is not a whole number of ns but is one of 1/k ns for a small k
+// (3/s, 30/s, 60/s: k = 3), the same holds in units of 1/k ns: the locked
+// model's instants are whole ns (readings, base) and token i is due at
+// base + ceil(i·T), that is, at the first whole ns at or after
+// k·base + i·kT units, which is the GCRA's test on TAT in units with now
+// in units (k·now). Only the conversion back to a whole-ns base needs care
+// (see hold).
+//
 // The word is the bucket's state only while the queue's lock does not hold
 // it. The lock holds it (the word reads held) while anyone waits, once the
-// limiter is stopped, and for good when T is not a whole number of ns (3/s,
-// 30/s, 7.3/s: their due instants are rounded up one by one, which TAT
-// cannot carry; they keep the locked path alone). A fast caller decides only
+// limiter is stopped, and for good when T is a whole number of 1/k ns for
+// no k up to maxUnits (7.3/s: 1/73 ns; they keep the locked path alone). A fast caller decides only
 // on a word that is not held, and otherwise takes the locked path, so it can
 // never pass a parked waiter nor take from a stopped limiter. Every locked
 // operation first takes the word (bucket.hold: TAT becomes base = TAT −
@@ -51,32 +58,62 @@ const (
 	maxSpan   = 1 << 60
 )
 
+// maxUnits bounds k, the word's unit being 1/k ns: a rate whose interval
+// is a whole number of 1/k ns for no k up to maxUnits takes the locked path.
+// The word's range shrinks with k (fastLimit/k ns: about 1.1 years at 64).
+const maxUnits = 64
+
 // A fastWord is a bucket's state while nobody waits, for one rate and one
 // burst: SetRate and SetBurst retire the word (it stays held for good) and
 // start a new one, so a fast caller that loaded the old one cannot apply
 // the old rate to the new state.
+//
+// Its unit is 1/k ns, k the least for which T is a whole number of units
+// (k = 1 for 10/s; 3 for 3/s, 30/s and 60/s): the locked model's instants
+// are whole ns and its k-th token is due at base + ceil(k·T), which in 1/k
+// ns units is exactly GCRA's k·base + k·T·i, floor for floor.
 type fastWord struct {
-	tat    atomic.Int64 // ns after the bucket's epoch at which it is full again; held while the lock owns the state
-	period int64        // T: ns per token
+	tat    atomic.Int64 // units after the bucket's epoch at which it is full again; held while the lock owns the state
+	unit   int64        // k: units per ns
+	period int64        // k·T: units per token
 	burst  int64
-	span   int64 // burst·T
+	span   int64 // burst·period
+	inv    int64 // the inverse of period mod k, mod k (for hold; 0 when k = 1)
+	limit  int64 // fastLimit/k: readings in ns below it fit in units
 }
 
 // newFastWord returns a held word for nanoRate and burst, or nil when the
-// fast path cannot be exact for them (T not a whole number of ns) or its
-// arithmetic would not fit.
+// fast path cannot be exact for them (T not a whole number of 1/k ns for
+// any k up to maxUnits) or its arithmetic would not fit.
 func newFastWord(nanoRate uint64, burst int64) *fastWord {
-	if nanoRate == 0 || nanoScale%nanoRate != 0 {
+	if nanoRate == 0 {
 		return nil
 	}
-	period := nanoScale / nanoRate
-	hi, span := bits.Mul64(period, uint64(burst))
-	if hi != 0 || span > maxSpan {
+	g := gcd(nanoScale, nanoRate)
+	k, period := nanoRate/g, nanoScale/g // period/k = 1e18/nanoRate = T, in lowest terms
+	if k > maxUnits {
 		return nil
 	}
-	f := &fastWord{period: int64(period), burst: burst, span: int64(span)}
+	// hold may count up to burst + k − 1 periods back from TAT.
+	hi, lo := bits.Mul64(period, uint64(burst)+k-1)
+	if hi != 0 || lo > maxSpan {
+		return nil
+	}
+	f := &fastWord{unit: int64(k), period: int64(period), burst: burst, span: int64(period) * burst, limit: fastLimit / int64(k)}
+	for i := int64(1); i < f.unit; i++ {
+		if f.period%f.unit*i%f.unit == 1 { // period and k are coprime: one i fits
+			f.inv = i
+		}
+	}
 	f.tat.Store(held)
 	return f
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // nanos reads the limiter's clock as ns after its epoch (see Now: on real
@@ -110,9 +147,10 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 		return false, false // no clock read for nothing: the locked path reads its own
 	}
 	now := b.nanos()
-	if uint64(now) >= fastLimit {
-		return false, false // before the epoch (a mock set back) or 73 years on
+	if uint64(now) >= uint64(f.limit) {
+		return false, false // before the epoch (a mock set back), or beyond the word's range
 	}
+	now *= f.unit
 	for {
 		tat := f.tat.Load()
 		if tat == held {
@@ -131,14 +169,23 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 // hold brings the state under the queue's lock, if the fast word has it:
 // every Source method that reads or writes the state calls it first. The
 // queue's avail is 0 while the word has the state, so the bucket's form
-// with avail 0 is base = TAT − burst·T, credited 0. The lock is held.
+// is TAT = base + (credited + burst)·T: with whole-ns T, base = TAT − burst·T
+// and credited 0. With T = period/k, base must still be a whole ns, so
+// m = credited + burst periods back from TAT must leave a multiple of k:
+// m ≡ TAT·period⁻¹ (mod k), the least such m ≥ burst. The lock is held.
 func (b *bucket) hold() {
 	if b.held {
 		return
 	}
 	f := b.fast.Load()
 	tat := f.tat.Swap(held) // from now on a fast caller's CompareAndSwap fails
-	b.base, b.credited, b.held = b.epoch.Add(time.Duration(tat-f.span)), 0, true
+	m := b.burst
+	if f.unit > 1 {
+		m0 := tat % f.unit * f.inv % f.unit // tat ≥ 0 while the word has the state
+		m += ((m0-b.burst)%f.unit + f.unit) % f.unit
+	}
+	// Exact: tat − m·period is a multiple of k.
+	b.base, b.credited, b.held = b.epoch.Add(time.Duration((tat-m*f.period)/f.unit)), m-b.burst, true
 }
 
 // Settle hands the state back to the fast word at the end of a locked
@@ -152,11 +199,12 @@ func (b *bucket) Settle(_ time.Time, avail int64) int64 {
 	if f == nil || !b.held {
 		return avail
 	}
-	k := b.credited + b.burst - min(avail, b.burst) // whole periods from base to TAT
-	if k > fastLimit/f.period {
+	m := b.credited + b.burst - min(avail, b.burst) // whole periods from base to TAT
+	base := int64(b.base.Sub(b.epoch))
+	if m > fastLimit/f.period || base >= f.limit || base <= -f.limit {
 		return avail
 	}
-	tat := int64(b.base.Sub(b.epoch)) + k*f.period
+	tat := base*f.unit + m*f.period
 	if tat >= fastLimit {
 		return avail
 	}

@@ -39,8 +39,9 @@ func TestFastWordOnlyForWholeIntervals(t *testing.T) {
 		fast  bool
 	}{
 		{1, 1, true}, {0.5, 10, true}, {5, 3, true}, {10, 1, true}, {100, 1, true}, {1000, 50, true},
-		{1e6, 1 << 20, true}, {1e9, 1 << 20, true}, {1e-9, 1, true}, {3, 1, false}, {30, 5, false},
-		{60, 1, false}, {7.3, 2, false}, {1e9 - 1, 1, false},
+		{1e6, 1 << 20, true}, {1e9, 1 << 20, true}, {1e-9, 1, true},
+		{3, 1, true}, {30, 5, true}, {60, 1, true}, {0.3, 4, true}, {7, 2, true}, {3e8, 1 << 20, true}, // 1/3 ns, 1/7 ns
+		{7.3, 2, false}, {1e9 - 1, 1, false}, {1.0 / 3, 1, false}, // 1/73 ns; 1/999999999 ns; rate rounded to nanotokens
 		{1e-9, 2, false}, // burst·T beyond the word's bounds
 	} {
 		f := newFastWord(uint64(c.rate*1e9+0.5), c.burst)
@@ -55,8 +56,9 @@ func TestFastWordOnlyForWholeIntervals(t *testing.T) {
 // every decision under the lock. Every answer and every Tokens reading must
 // be identical, and the fast word must hold the state again after each
 // locked operation (Tokens, SetRate).
-// matchRates: whole intervals (fast) and two that are not (3/s, 7.3/s).
-var matchRates = []float64{1, 5, 10, 100, 1000, 0.5, 250, 1e6, 1e9, 3, 7.3}
+// matchRates: whole-ns intervals, whole 1/k ns (3/s, 30/s, 60/s, 7/s,
+// 0.3/s), and ones with no fast word (7.3/s: 1/73 ns; 1/3 s rounded).
+var matchRates = []float64{1, 5, 10, 100, 1000, 0.5, 250, 1e6, 1e9, 3, 30, 60, 7, 0.3, 7.3, 1.0 / 3}
 
 func TestFastMatchesLocked(t *testing.T) {
 	for _, rate := range matchRates {
@@ -143,24 +145,26 @@ func matchLocked(t *testing.T, rate float64, burst int, seed uint64) {
 
 // TestFastMatchesLockedExplored: fibers Acquire (some with timeouts that
 // give up while parked), TryAcquire and sleep on one limiter under a
-// virtual clock; the trace (who got what, when) with the fast word is the
+// virtual clock at 10/s and 30/s; the trace (who got what, when) with the fast word is the
 // trace with every decision under the lock, seed by seed. A TryAcquire
 // that succeeds finds nobody parked (no barging), and so does an Acquire
 // that returns without having waited.
 func TestFastMatchesLockedExplored(t *testing.T) {
 	schedtest.Explore(t, 60, func(t *testing.T, seed uint64) {
-		got, err := exploreTrace(seed, false)
-		require.NoError(t, err)
-		want, err := exploreTrace(seed, true)
-		require.NoError(t, err)
-		require.Equal(t, want, got)
+		for _, rate := range []float64{10, 30} { // a whole-ns interval, and 1/3 ns
+			got, err := exploreTrace(seed, rate, false)
+			require.NoError(t, err)
+			want, err := exploreTrace(seed, rate, true)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "rate %v", rate)
+		}
 	})
 }
 
-func exploreTrace(seed uint64, locked bool) ([]string, error) {
+func exploreTrace(seed uint64, rate float64, locked bool) ([]string, error) {
 	var trace []string
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
-		l, err := New(ctx, 10, 3)
+		l, err := New(ctx, rate, 3)
 		if err != nil {
 			return err
 		}

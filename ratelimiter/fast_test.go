@@ -111,7 +111,7 @@ func TestFastNoBargingPastCollectingHead(t *testing.T) {
 // word (full, nobody ever waited): TryAcquire returns false and Acquire
 // ErrStopped from then on, although the bucket is full.
 func TestFastStopThenTry(t *testing.T) {
-	for _, rate := range []float64{10, 3} { // fast word, none
+	for _, rate := range []float64{10, 3, 7.3} { // fast words in ns and 1/3 ns, none
 		l, err := ratelimiter.New(context.Background(), rate, 5, ratelimiter.WithClock(newFrozenMock()))
 		require.NoError(t, err)
 		require.True(t, l.TryAcquire(1))
@@ -123,9 +123,9 @@ func TestFastStopThenTry(t *testing.T) {
 }
 
 // TestFastSetRateLive: SetRate and SetBurst on a live limiter whose state is
-// in the lock-free word, across rates with a fast path (10/s, 5/s) and one
-// without (3/s): the fraction accrued is kept and every token comes at its
-// exact instant.
+// in the lock-free word, across rates with a fast path (10/s, 5/s; 3/s in
+// 1/3 ns units) and one without (7.3/s): the fraction accrued is kept and
+// every token comes at its exact instant.
 func TestFastSetRateLive(t *testing.T) {
 	mock := clock.NewMock()
 	l, err := ratelimiter.New(context.Background(), 10, 1, ratelimiter.WithClock(mock))
@@ -137,8 +137,13 @@ func TestFastSetRateLive(t *testing.T) {
 	assert.False(t, l.TryAcquire(1))
 	mock.Add(time.Millisecond)
 	assert.True(t, l.TryAcquire(1))
-	require.NoError(t, l.SetRate(3)) // 333,333,333.3 ns a token: the locked path
+	require.NoError(t, l.SetRate(3)) // 333,333,333⅓ ns a token: due at the ns after
 	mock.Add(333333333 * time.Nanosecond)
+	assert.False(t, l.TryAcquire(1))
+	mock.Add(time.Nanosecond)
+	assert.True(t, l.TryAcquire(1))
+	require.NoError(t, l.SetRate(7.3)) // 136,986,301.37 ns a token: the locked path
+	mock.Add(136986301 * time.Nanosecond)
 	assert.False(t, l.TryAcquire(1))
 	mock.Add(time.Nanosecond)
 	assert.True(t, l.TryAcquire(1))

@@ -22,14 +22,14 @@
 // A take that finds its tokens there with nobody waiting (TryAcquire, and
 // Acquire with ctx not done) is decided by one clock read and one
 // compare-and-swap on a single word, without the lock, when the token
-// interval 1/rate is a whole number of nanoseconds: 1/s, 5/s, 10/s, 100/s,
-// 1000/s, 1e9/s, 0.5/s (any rate whose nanotokens per second divide 1e18).
-// Other rates (3/s, 30/s, 60/s, 7.3/s) round each token's instant up to the
-// nanosecond, which one word cannot carry; they take the queue's lock for
-// every call, exactly as precise, about 1.5× the cost. Either way the
-// answers are the same to the nanosecond, and a take never passes a parked
-// Acquire: while anyone waits, or once stopped, every call goes through the
-// lock.
+// interval 1/rate is a whole number of nanoseconds (1/s, 5/s, 10/s, 100/s,
+// 1000/s, 1e9/s, 0.5/s) or of 1/k ns for k up to 64 (3/s, 30/s, 60/s, 7/s;
+// for those the word covers the limiter's first 1.1 years at worst, then
+// the lock takes over). A rate that is neither (7.3/s: 1/73 ns) takes the
+// queue's lock for every call, exactly as precise, about twice the cost.
+// Either way the answers are the same to the nanosecond, and a take never
+// passes a parked Acquire: while anyone waits, or once stopped, every call
+// goes through the lock.
 //
 // The shape is in the imports: a Limiter is the FIFO core of package
 // semaphore (semaphore.Queue: queue, hand-off, cancellation, hand-back)
@@ -263,10 +263,9 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 // TryAcquire takes n tokens if they are in the bucket now and nobody is
 // waiting (no barging past parked Acquire calls), and reports whether it
 // did. It never blocks; it returns false for n < 1 and once stopped. While
-// nobody waits, at a rate whose token interval is a whole number of
-// nanoseconds (see the package doc), its cost is one clock read (on real
-// time, of the monotonic clock alone) and one compare-and-swap; otherwise
-// one uncontended lock besides.
+// nobody waits, at a rate with the lock-free path (see the package doc),
+// its cost is one clock read (on real time, of the monotonic clock alone)
+// and one compare-and-swap; otherwise one uncontended lock besides.
 func (l *Limiter) TryAcquire(n int) bool {
 	if n < 1 {
 		return false
