@@ -73,13 +73,18 @@ const maxUnits = 64
 // are whole ns and its k-th token is due at base + ceil(k·T), which in 1/k
 // ns units is exactly GCRA's k·base + k·T·i, floor for floor.
 type fastWord struct {
-	tat    atomic.Int64 // units after the bucket's epoch at which it is full again; held while the lock owns the state
-	unit   int64        // k: units per ns
-	period int64        // k·T: units per token
+	unit   int64 // k: units per ns
+	period int64 // k·T: units per token
 	burst  int64
 	span   int64 // burst·period
 	inv    int64 // the inverse of period mod k, mod k (for hold; 0 when k = 1)
 	limit  int64 // fastLimit/k: readings in ns below it fit in units
+	// tat has a cache line of its own (the struct is 128 bytes, so the
+	// allocator aligns it to 128): a compare-and-swap on one core then
+	// does not evict the constants above from the other's cache.
+	_   [64 - 6*8]byte
+	tat atomic.Int64 // units after the bucket's epoch at which it is full again; held while the lock owns the state
+	_   [64 - 8]byte
 }
 
 // newFastWord returns a held word for nanoRate and burst, or nil when the
