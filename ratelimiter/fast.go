@@ -39,20 +39,22 @@ import (
 // The word is the bucket's state only while the queue's lock does not hold
 // it. The lock holds it (the word reads held) while anyone waits, once the
 // limiter is stopped, and for good when T is a whole number of 1/k ns for
-// no k up to maxUnits (7.3/s: 1/73 ns; they keep the locked path alone). A fast caller decides only
-// on a word that is not held, and otherwise takes the locked path, so it can
-// never pass a parked waiter nor take from a stopped limiter. Every locked
-// operation first takes the word (bucket.hold: TAT becomes base = TAT −
-// burst·T, credited 0, and the queue's avail stays 0; the next Fill
-// credits from there), and the queue hands it back when the operation
-// leaves nobody waiting (bucket.Settle, semaphore.Settler).
+// no k up to maxUnits (7.3/s: 1/73 ns; such rates keep the locked path
+// alone). A fast caller decides only on a word that is not held, and
+// otherwise takes the locked path, so it can never pass a parked waiter
+// nor take from a stopped limiter. Every locked operation first takes the
+// word (bucket.hold: TAT becomes a base and credited with the queue's
+// avail 0; the next Fill credits from there), and the queue hands it back
+// when the operation leaves nobody waiting (bucket.Settle,
+// semaphore.Settler).
 
 // held is the word's value while the queue's lock owns the state.
 const held = math.MinInt64
 
 // Bounds that keep the word's arithmetic within an int64: readings and
-// TATs below fastLimit (73 years after the limiter was made), burst·T at
-// most maxSpan. Beyond them the locked path decides.
+// TATs below fastLimit units (73 years after the limiter was made when a
+// unit is a ns), (burst + k − 1) periods at most maxSpan units. Beyond them
+// the locked path decides.
 const (
 	fastLimit = 1 << 61
 	maxSpan   = 1 << 60
