@@ -58,12 +58,26 @@ func parallel(b *testing.B, g int, body func()) {
 	})
 }
 
+// lockedRate is a rate as fast as fastRate for the benchmark's purpose
+// whose token interval (1e9/7.3e8 ns) is not a whole number of 1/k ns for
+// any small k: the limiter decides every call under the queue's lock (see
+// the package doc).
+const lockedRate = 7.3e8
+
 // BenchmarkTryAcquire: TryAcquire(1) against x/time/rate's Allow, same run,
-// on 1 and 2 goroutines.
+// on 1 and 2 goroutines; impl=sluice-locked is a rate without the lock-free
+// path.
 func BenchmarkTryAcquire(b *testing.B) {
 	for _, g := range []int{1, 2} {
 		b.Run("g="+formatInt(g)+"/impl=sluice", func(b *testing.B) {
 			l := newFast(b)
+			parallel(b, g, func() { l.TryAcquire(1) })
+		})
+		b.Run("g="+formatInt(g)+"/impl=sluice-locked", func(b *testing.B) {
+			l, err := ratelimiter.New(context.Background(), lockedRate, fastBurst)
+			if err != nil {
+				b.Fatal(err)
+			}
 			parallel(b, g, func() { l.TryAcquire(1) })
 		})
 		b.Run("g="+formatInt(g)+"/impl=xrate", func(b *testing.B) {

@@ -3,6 +3,7 @@ package ratelimiter
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/sched"
@@ -34,15 +35,19 @@ import (
 const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per token
 
 // bucket is a Limiter's token source. Its state is guarded by the queue's
-// lock (every Source method runs under it).
+// lock (every Source method runs under it) while held is true; otherwise it
+// is the fast word's (see fast.go).
 type bucket struct {
-	clock    sched.Clock
-	mono     bool      // real time, read as epoch plus monotonic time elapsed (see Now)
-	epoch    time.Time // the first reading; the origin of every later one when mono
-	alarm    *ticker.Alarm
+	clock sched.Clock
+	mono  bool      // real time, read as epoch plus monotonic time elapsed (see Now)
+	epoch time.Time // the first reading; the origin of every later one when mono, and of the fast word's
+	alarm *ticker.Alarm
+	fast  atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
+
 	rate     float64   // tokens per second, as given
 	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
 	burst    int64     // the most the bucket keeps while nobody waits
+	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
 }
@@ -124,6 +129,7 @@ func (b *bucket) Now() time.Time {
 // base (another caller read the clock later and got the lock first) credits
 // nothing and never moves base back.
 func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
+	b.hold()
 	if !waiting && avail >= b.burst {
 		b.restart(now) // full: nothing accrues, fraction included
 		return b.burst
@@ -156,6 +162,7 @@ func (b *bucket) restart(now time.Time) {
 
 // Demand arms the alarm for the instant the head's need has accrued.
 func (b *bucket) Demand(now time.Time, need int64) {
+	b.hold() // Close tells the Source nobody waits: the state stays held from then on
 	if need <= 0 {
 		b.alarm.Clear()
 		return
@@ -164,6 +171,7 @@ func (b *bucket) Demand(now time.Time, need int64) {
 }
 
 func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
+	b.hold()
 	if avail >= n {
 		return 0
 	}
@@ -171,7 +179,7 @@ func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
 }
 
 func (b *bucket) Take(int64) int64         { return 0 }
-func (b *bucket) Return(n, _ int64) int64  { return n }
+func (b *bucket) Return(n, _ int64) int64  { b.hold(); return n }
 func (b *bucket) check(int) error          { return nil }
 func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b.burst }
 
@@ -179,6 +187,7 @@ func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b
 // at the old rate: base moves so that the same fraction has accrued at the
 // new one. Tokens accrued by now have been credited (Do fills first).
 func (b *bucket) setRate(now time.Time, rate float64) error {
+	b.hold()
 	nr := uint64(math.Round(rate * 1e9))
 	if now.After(b.base) {
 		_, frac := b.accrued(now.Sub(b.base))
@@ -187,11 +196,14 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 		b.base, b.credited = now.Add(-back), 0
 	}
 	b.rate, b.nanoRate = rate, nr
+	b.refast()
 	return nil
 }
 
 func (b *bucket) setBurst(_ time.Time, burst int64) error {
+	b.hold()
 	b.burst = burst
+	b.refast()
 	return nil
 }
 
@@ -199,6 +211,7 @@ func (b *bucket) setBurst(_ time.Time, burst int64) error {
 // accrued so far, in [0, Burst]; 0 while anyone waits (what accrues is the
 // head's).
 func (b *bucket) tokens(now time.Time, avail int64, waiting bool) float64 {
+	b.hold()
 	if waiting {
 		return 0
 	}

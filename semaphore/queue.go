@@ -29,7 +29,8 @@ import (
 // value is an empty queue with no free units and no Source.
 type Queue struct {
 	src    Source
-	reason string // what a parked caller waits for, in a sched.DeadlockError
+	settle Settler // src, when it is a Settler; else nil
+	reason string  // what a parked caller waits for, in a sched.DeadlockError
 
 	mu     sync.Mutex                   // guards the fields below and the Source's state
 	avail  int64                        // free units
@@ -70,6 +71,26 @@ type Source interface {
 	Return(n, mark int64) int64
 }
 
+// A Settler is a Source that can keep its state, and the queue's free
+// units, outside the queue's lock while nobody waits: in a word of its own
+// that its owner updates lock-free (a rate limiter's one-CAS path for a
+// token that is there). Such a Source must bring that state back under the
+// lock by itself, in whichever of its methods the queue calls first in an
+// operation, adding it to the avail it is given (the queue's units are
+// additive, so what the queue holds meanwhile stays its own).
+//
+// Settle is called with the lock held at the end of an operation that
+// leaves the queue open with nobody waiting. It returns the free units the
+// queue keeps: 0 when the source took them all into its word, avail when
+// it keeps the state under the lock. Between a Settle that returned 0 and
+// the next locked call the queue's units are the source's, so a fast path
+// outside the lock may decide only while the source holds them: never while
+// anyone waits or after Close, and nobody is passed.
+type Settler interface {
+	Source
+	Settle(now time.Time, avail int64) int64
+}
+
 // NewQueue returns a queue with avail free units, fed by src (nil for none:
 // units then come only from Release). reason names the wait in a
 // sched.DeadlockError, for example "ratelimiter.Acquire".
@@ -81,6 +102,16 @@ func NewQueue(reason string, avail int64, src Source) *Queue {
 
 func (q *Queue) init(reason string, avail int64, src Source) {
 	q.reason, q.avail, q.src = reason, avail, src
+	q.settle, _ = src.(Settler)
+}
+
+// settleLocked lets a Settler take the state back into its own word at the
+// end of an operation that leaves nobody waiting on an open queue. q.mu is
+// held.
+func (q *Queue) settleLocked(now time.Time) {
+	if q.settle != nil && q.closed == nil && q.queue.Front() == nil {
+		q.avail = q.settle.Settle(now, q.avail)
+	}
 }
 
 // A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
@@ -134,10 +165,12 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 	now := q.now()
 	q.mu.Lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
+		q.settleLocked(now)
 		q.mu.Unlock()
 		return mark, err
 	}
 	if err := q.checkDeadline(ctx, now, n); err != nil {
+		q.settleLocked(now)
 		q.mu.Unlock()
 		return 0, err
 	}
@@ -151,6 +184,7 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 	wt.w.Prepare(ctx)
 	q.mu.Lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
+		q.settleLocked(now)
 		q.mu.Unlock()
 		wt.q = nil
 		waiterPool.Put(wt)
@@ -233,6 +267,7 @@ func (q *Queue) TryAcquire(n int64) (mark int64, ok bool) {
 	now := q.now()
 	q.mu.Lock()
 	mark, ok, err := q.tryLocked(now, n)
+	q.settleLocked(now)
 	q.mu.Unlock()
 	return mark, ok && err == nil
 }
@@ -331,6 +366,7 @@ func (q *Queue) serveLocked(now time.Time) {
 		q.avail = q.src.Fill(now, q.avail, 0, false)
 	}
 	q.src.Demand(now, need)
+	q.settleLocked(now)
 }
 
 // giveBack returns a grant's units to the free count. q.mu is held.
@@ -414,6 +450,11 @@ func (q *Queue) Close(err error) bool {
 	if q.closed != nil {
 		return false
 	}
+	if q.settle != nil && q.queue.Front() == nil {
+		// The Settler's state comes under the lock for good, up to date:
+		// the units the queue keeps are those of the Close instant.
+		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
 	q.closed = err
 	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {
 		q.queue.Remove(wt)
@@ -435,6 +476,8 @@ func (q *Queue) Closed() error {
 
 // Available returns the number of free units, as last brought up to date.
 // Units may be free while callers wait: the head needs more than are free.
+// With a Settler Source it counts only the units the queue holds (0 while
+// the Source's own word has them).
 func (q *Queue) Available() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
