@@ -150,9 +150,12 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 	// goroutines seldom collide in it. A reading older than the word's
 	// last writer's (or than a retry's word) can only refuse, never grant
 	// early: max(TAT, now) + n·T − now only grows as now goes back.
-	if f.tat.Load() == held {
-		return false, false // no clock read for nothing: the locked path reads its own
-	}
+	//
+	// Why the word is not looked at before the clock is read (to spare the
+	// reading when the word is held): on two cores taking at once, that
+	// look is one more transfer of the word's cache line per call, and a
+	// held word means the caller parks or is refused, which costs far more
+	// than a clock reading anyway.
 	now := b.nanos()
 	if uint64(now) >= uint64(f.limit) {
 		return false, false // before the epoch (a mock set back), or beyond the word's range
