@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
-	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/keyhash"
 )
 
 const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at a time
@@ -17,7 +19,8 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // theoretical arrival time (TAT) with one compare-and-swap; a denial writes
 // nothing. Only a new key takes a lock, that of one of 256 shards. Each key
 // costs 64 to 128 bytes of table (a 32-byte slot in a table kept between a
-// quarter and half full) besides the key itself.
+// quarter and half full), and keys longer than 16 bytes are kept besides
+// (16 more bytes a slot in the shards that hold one).
 //
 // A key whose bucket is full again holds no information (GCRA's "tat ≤ now"),
 // so a sweep (Sweep, or WithSweep in the background) deletes such keys
@@ -26,8 +29,8 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
-	intervals  intervalCache // first: at the start of the allocation, its entries start cache lines
-	seed       maphash.Seed
+	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
+	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
 	clock      func() time.Duration // WithClock's; nil means the monotonic time since start
 	start      time.Time
 	sweepEvery time.Duration // WithSweep's
@@ -43,10 +46,11 @@ type Memory struct {
 // without the lock; the lock serialises the writers: inserting a key, and
 // replacing tab (to grow it, or to drop full keys in a sweep).
 type memShard struct {
-	mu  sync.Mutex
-	n   int                      // guarded by mu: keys in tab
-	tab atomic.Pointer[memTable] // stored only under mu; nil while the shard holds no key
-	_   [40]byte                 // keep neighbouring shards off one cache line
+	mu   sync.Mutex
+	n    int                      // guarded by mu: keys in tab
+	long bool                     // guarded by mu: the shard has held a long key, so its tables keep memTable.long
+	tab  atomic.Pointer[memTable] // stored only under mu; nil while the shard holds no key
+	_    [32]byte                 // keep neighbouring shards off one cache line
 }
 
 // A memTable is a linear-probing hash table of at least twice as many slots as
@@ -55,18 +59,44 @@ type memShard struct {
 // table), which is what lets readers probe without the lock.
 type memTable struct {
 	slots []memSlot
-	mask  uint64 // len(slots)-1, a power of two minus one
+	long  []string // parallel to slots: the keys longer than keyhash.ShortLen; nil if the shard had none when t was made
+	mask  uint64   // len(slots)-1, a power of two minus one
 }
 
 type memSlot struct {
-	// tag is 0 for an empty slot, else the key's hash with its top bit set.
-	// It is stored after key, so a reader that loads a non-zero tag sees the
-	// key written.
+	// tag is 0 for an empty slot, else memKey.tag. It is stored after w
+	// (and the slot's memTable.long entry), so a reader that loads a
+	// non-zero tag sees them written.
 	tag atomic.Uint64
 	// tat is the key's theoretical arrival time, or frozen once the table is
 	// being replaced: the value then lives in the new table.
 	tat atomic.Int64
-	key string // written before tag, never after
+	w   [2]uint64 // memKey.w; written before tag, never after
+}
+
+// A memKey is a key as a memTable compares it. Why words: a key of up to
+// keyhash.ShortLen bytes (an IP address, a user id) is determined by its
+// length and the two words its hash read it as, so a slot holds those and
+// a lookup never reads the stored key's bytes, a cache miss of their own
+// when the key is not hot. Longer keys are compared whole.
+type memKey struct {
+	// tag is the key's hash with its length class (the length, or
+	// keyhash.ShortLen+1 for any longer key) in bits 58–62 and the top bit
+	// set, so no tag is 0 and keys of different lengths never match.
+	tag  uint64
+	w    [2]uint64 // a short key's words; 0 for a long key
+	long string    // a long key; "" for a short one
+}
+
+// makeKey is the memKey of key, given its hash h and words a, b
+// (keyhash.Hasher.StringWords).
+func makeKey(key string, h, a, b uint64) memKey {
+	n := uint64(min(len(key), keyhash.ShortLen+1))
+	k := memKey{tag: 1<<63 | n<<58 | h&(1<<58-1), w: [2]uint64{a, b}}
+	if len(key) > keyhash.ShortLen {
+		k.long = key
+	}
+	return k
 }
 
 // frozen marks a slot whose table is being replaced. No clock reading is
@@ -130,7 +160,7 @@ func WithClock(now func() time.Duration) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{seed: maphash.MakeSeed(), start: time.Now()}
+	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), start: time.Now()}
 	for _, o := range opts {
 		o(m)
 	}
@@ -164,9 +194,9 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	T := m.intervals.of(p.Rate)
 	tau := T * p.Burst
 	// One hash serves both the shard (its low bits) and the slot (the rest).
-	h := maphash.String(m.seed, key)
+	h, a, b := m.hk.StringWords(key)
 	s := &m.shards[h&(memoryShards-1)]
-	tag := h | 1<<63
+	k := makeKey(key, h, a, b)
 	// Why the clock is read before the lookup and under no lock: a caller
 	// whose reading is older than the TAT another caller just wrote is only
 	// stricter (max(tat, now) + cost·T − now grows as now shrinks), and each
@@ -174,7 +204,7 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	// the bound burst + (e−s)/T holds for every interleaving. Read first, it
 	// overlaps the table's cache misses instead of waiting for them.
 	now := m.now()
-	if slot := s.tab.Load().find(tag, key); slot != nil {
+	if slot := s.tab.Load().find(&k); slot != nil {
 		for {
 			tat := slot.tat.Load()
 			if tat == frozen {
@@ -186,12 +216,12 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 			}
 		}
 	}
-	return m.allowLocked(s, tag, key, cost, T, tau), nil
+	return m.allowLocked(s, &k, cost, T, tau), nil
 }
 
 // allowLocked decides for a key the lock-free path could not: one not in
 // the table yet, or one whose table was being replaced.
-func (m *Memory) allowLocked(s *memShard, tag uint64, key string, cost, T, tau int64) Result {
+func (m *Memory) allowLocked(s *memShard, k *memKey, cost, T, tau int64) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Why the clock is read under the lock here: a sweep reads its own now
@@ -200,7 +230,7 @@ func (m *Memory) allowLocked(s *memShard, tag uint64, key string, cost, T, tau i
 	// the sweep dropped (a reading taken before the sweep could be earlier,
 	// and would hand a drained bucket a refill it never earned).
 	now := m.now()
-	if slot := s.tab.Load().find(tag, key); slot != nil {
+	if slot := s.tab.Load().find(k); slot != nil {
 		for { // never frozen here: only holders of the lock freeze, and they publish the new table first
 			tat := slot.tat.Load()
 			next, r := Decide(tat, now, cost, T, tau)
@@ -214,26 +244,30 @@ func (m *Memory) allowLocked(s *memShard, tag uint64, key string, cost, T, tau i
 		return r
 	}
 	t := s.tab.Load()
-	if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
+	if k.long != "" && !s.long {
+		s.long = true // and a new table, with room for long keys
+		t = s.replace(s.n+1, nil)
+	} else if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
 		t = s.replace(s.n+1, nil)
 	}
-	t.insert(tag, key, next)
+	t.insert(k, next)
 	s.n++
 	return r
 }
 
-// find returns the slot holding key, or nil. t may be nil (no keys yet).
-func (t *memTable) find(tag uint64, key string) *memSlot {
+// find returns the slot holding k, or nil. t may be nil (no keys yet).
+func (t *memTable) find(k *memKey) *memSlot {
 	if t == nil {
 		return nil
 	}
-	for i := tag >> 8; ; i++ { // the low 8 bits chose the shard
-		slot := &t.slots[i&t.mask]
+	for i := k.tag >> 8; ; i++ { // the low 8 bits chose the shard
+		j := i & t.mask
+		slot := &t.slots[j]
 		switch slot.tag.Load() {
 		case 0:
 			return nil
-		case tag:
-			if slot.key == key {
+		case k.tag: // so the same length class: t.long is there if k is long
+			if slot.w == k.w && (k.long == "" || t.long[j] == k.long) {
 				return slot
 			}
 		}
@@ -241,22 +275,36 @@ func (t *memTable) find(tag uint64, key string) *memSlot {
 }
 
 // insert puts a key that t does not hold into an empty slot. Callers own t:
-// they hold its shard's lock, or t is not published yet.
-func (t *memTable) insert(tag uint64, key string, tat int64) {
-	for i := tag >> 8; ; i++ {
-		slot := &t.slots[i&t.mask]
+// they hold its shard's lock, or t is not published yet; t.long is not nil
+// if k is long.
+func (t *memTable) insert(k *memKey, tat int64) {
+	for i := k.tag >> 8; ; i++ {
+		j := i & t.mask
+		slot := &t.slots[j]
 		if slot.tag.Load() == 0 {
-			slot.key = key
+			slot.w = k.w
+			if k.long != "" {
+				t.long[j] = k.long
+			}
 			slot.tat.Store(tat)
-			slot.tag.Store(tag) // publishes key and tat to lock-free readers
+			slot.tag.Store(k.tag) // publishes the words, the long key and tat to lock-free readers
 			return
 		}
 	}
 }
 
+// keyAt is the memKey held in t's slot i, which is not empty.
+func (t *memTable) keyAt(i int) memKey {
+	k := memKey{tag: t.slots[i].tag.Load(), w: t.slots[i].w}
+	if t.long != nil {
+		k.long = t.long[i]
+	}
+	return k
+}
+
 // newMemTable returns an empty table with room for n keys at most half full,
-// or nil for n = 0.
-func newMemTable(n int) *memTable {
+// or nil for n = 0; long says whether to make room for long keys.
+func newMemTable(n int, long bool) *memTable {
 	if n == 0 {
 		return nil
 	}
@@ -264,7 +312,11 @@ func newMemTable(n int) *memTable {
 	for size < 2*n {
 		size *= 2
 	}
-	return &memTable{slots: make([]memSlot, size), mask: uint64(size - 1)}
+	t := &memTable{slots: make([]memSlot, size), mask: uint64(size - 1)}
+	if long {
+		t.long = make([]string, size)
+	}
+	return t
 }
 
 // replace moves s's keys into a new table with room for at least n keys,
@@ -277,13 +329,12 @@ func newMemTable(n int) *memTable {
 // read and the copy.
 func (s *memShard) replace(n int, drop func(tat int64) bool) *memTable {
 	old := s.tab.Load()
-	t := newMemTable(n)
+	t := newMemTable(n, s.long)
 	kept := 0
 	if old != nil {
 		for i := range old.slots {
 			slot := &old.slots[i]
-			tag := slot.tag.Load()
-			if tag == 0 {
+			if slot.tag.Load() == 0 {
 				continue
 			}
 			tat := slot.tat.Swap(frozen)
@@ -291,11 +342,12 @@ func (s *memShard) replace(n int, drop func(tat int64) bool) *memTable {
 				continue
 			}
 			if t == nil {
-				t = newMemTable(1)
+				t = newMemTable(1, s.long)
 			} else if uint64(kept+1) > (t.mask+1)/2 { // more survived than n: grow the private table
 				t = t.grow()
 			}
-			t.insert(tag, slot.key, tat)
+			k := old.keyAt(i)
+			t.insert(&k, tat)
 			kept++
 		}
 	}
@@ -306,10 +358,11 @@ func (s *memShard) replace(n int, drop func(tat int64) bool) *memTable {
 
 // grow returns an unpublished copy of the unpublished t at twice the size.
 func (t *memTable) grow() *memTable {
-	g := &memTable{slots: make([]memSlot, 2*len(t.slots)), mask: 2*t.mask + 1}
+	g := newMemTable(len(t.slots), t.long != nil)
 	for i := range t.slots {
-		if tag := t.slots[i].tag.Load(); tag != 0 {
-			g.insert(tag, t.slots[i].key, t.slots[i].tat.Load())
+		if t.slots[i].tag.Load() != 0 {
+			k := t.keyAt(i)
+			g.insert(&k, t.slots[i].tat.Load())
 		}
 	}
 	return g

@@ -3,7 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +24,7 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 	p := Policy{Rate: 1, Burst: 5}
 	// Two keys in one shard: "idle" goes full and is swept, "busy" is kept.
 	busy, idle := "busy", ""
-	h := func(k string) uint64 { return maphashString(m, k) & (memoryShards - 1) }
+	h := func(k string) uint64 { _, sh := keyOf(m, k); return sh }
 	for i := 0; idle == ""; i++ {
 		if k := fmt.Sprint("idle-", i); h(k) == h(busy) {
 			idle = k
@@ -37,18 +37,19 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 	now = time.Second // idle is full again, busy has 1 of 5
 
 	s := &m.shards[h(busy)]
-	tag := maphashString(m, busy) | 1<<63
-	slot := s.tab.Load().find(tag, busy)
+	kb, _ := keyOf(m, busy)
+	slot := s.tab.Load().find(&kb)
 	require.NotNil(t, slot)
 	read := slot.tat.Load() // the racing caller's read
 
 	require.Equal(t, 1, m.Sweep())
 	require.False(t, slot.tat.CompareAndSwap(read, read+int64(time.Second)), "the old slot must be frozen")
-	moved := s.tab.Load().find(tag, busy)
+	moved := s.tab.Load().find(&kb)
 	require.NotNil(t, moved)
 	require.NotSame(t, slot, moved)
 	require.Equal(t, read, moved.tat.Load())
-	require.Nil(t, s.tab.Load().find(maphashString(m, idle)|1<<63, idle))
+	ki, _ := keyOf(m, idle)
+	require.Nil(t, s.tab.Load().find(&ki))
 
 	// The caller that saw frozen retries under the lock, in the new table.
 	r, err := m.Allow(ctx, busy, 1, p)
@@ -59,7 +60,76 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 	require.False(t, r.Allowed, "busy had refilled one token only")
 }
 
-func maphashString(m *Memory, k string) uint64 { return maphash.String(m.seed, k) }
+// keyOf is key's memKey in m and the index of its shard, as Allow finds them.
+func keyOf(m *Memory, key string) (memKey, uint64) {
+	h, a, b := m.hk.StringWords(key)
+	return makeKey(key, h, a, b), h & (memoryShards - 1)
+}
+
+// TestMemTableComparesKeys: a slot whose tag matches is the key's only if
+// the words match too (short keys) or the stored key does (long keys), so
+// two keys whose tags collide keep separate buckets.
+func TestMemTableComparesKeys(t *testing.T) {
+	short := memKey{tag: 1<<63 | 5<<58 | 42<<8, w: [2]uint64{1, 2}}
+	long := memKey{tag: 1<<63 | 17<<58 | 42<<8, long: strings.Repeat("a", 20)}
+	tb := newMemTable(4, true)
+	tb.insert(&short, 10)
+	tb.insert(&long, 20)
+
+	got := tb.find(&short)
+	require.NotNil(t, got)
+	require.Equal(t, int64(10), got.tat.Load())
+	got = tb.find(&long)
+	require.NotNil(t, got)
+	require.Equal(t, int64(20), got.tat.Load())
+
+	other := short
+	other.w[1] = 3
+	require.Nil(t, tb.find(&other), "same tag, other words")
+	other = long
+	other.long = strings.Repeat("a", 19) + "b"
+	require.Nil(t, tb.find(&other), "same tag, other long key")
+
+	g := tb.grow()
+	require.Equal(t, int64(20), g.find(&long).tat.Load(), "grow keeps long keys")
+	require.Equal(t, int64(10), g.find(&short).tat.Load())
+}
+
+// TestMemoryKeyLengths gives every length from 0 to 40 bytes two keys that
+// differ in one byte (the first, then the last), in an order that turns
+// shards from short-only to long-holding midway: each key must keep a
+// bucket of its own through the table replacements that brings.
+func TestMemoryKeyLengths(t *testing.T) {
+	ctx := context.Background()
+	var now time.Duration
+	m := NewMemory(WithClock(func() time.Duration { return now }))
+	defer m.Close()
+	p := Policy{Rate: 1, Burst: 2}
+	var keys []string
+	for n := range 41 {
+		k := strings.Repeat("k", n)
+		keys = append(keys, k)
+		if n > 0 {
+			keys = append(keys, "x"+k[1:], k[:n-1]+"y")
+		}
+	}
+	for round, want := range []bool{true, true, false} {
+		for _, k := range keys {
+			r, err := m.Allow(ctx, k, 1, p)
+			require.NoError(t, err)
+			require.Equal(t, want, r.Allowed, "round %d, key %q", round, k)
+		}
+	}
+	n, err := m.Keys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(keys)), n)
+	now = time.Second // one token back for every key
+	for _, k := range keys {
+		r, err := m.Allow(ctx, k, 1, p)
+		require.NoError(t, err)
+		require.True(t, r.Allowed, "key %q", k)
+	}
+}
 
 // TestIntervalCacheUnderChurn has goroutines ask for more rates than the
 // cache has ways, so entries are overwritten while others read them: every
