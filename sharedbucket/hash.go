@@ -28,9 +28,12 @@ func newHasher(k0, k1 uint64) hasher { return hasher{keyhash.New(k0, k1)} }
 
 // hash is the key word of key: its keyhash cut to 63 bits (the top bit is
 // the slot protocol's lock bit), with 0 (the empty-slot marker) mapped to 1.
+//
+// Why StringWords rather than String: it keeps hash small enough to
+// inline, so a check pays one call for its hash, not two.
 func (hk *hasher) hash(key string) uint64 {
-	h := hk.String(key) &^ lockBit
-	if h == 0 {
+	h, _, _ := hk.StringWords(key)
+	if h &^= lockBit; h == 0 {
 		h = 1
 	}
 	return h

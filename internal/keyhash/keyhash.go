@@ -85,6 +85,7 @@ func (hk *Hasher) String(key string) uint64 {
 func (hk *Hasher) StringWords(key string) (h, a, b uint64) {
 	n := uint64(len(key))
 	p := unsafe.Pointer(unsafe.StringData(key))
+	seed := hk.s[0] // loaded first: it is on the multiplies' critical path
 	switch {
 	case n == 0:
 	case n < 4:
@@ -98,14 +99,13 @@ func (hk *Hasher) StringWords(key string) (h, a, b uint64) {
 	default:
 		// Whole 16-byte chunks while more than 16 bytes are left, then the
 		// last 16 bytes (overlapping the last chunk unless n is a multiple
-		// of 16).
-		seed := hk.s[0]
+		// of 16), which are not a short key's words: a and b stay 0.
 		for i := uint64(0); n-i > 16; i += 16 {
 			seed = mix(load64(p, i)^hk.s[1], load64(p, i+8)^seed)
 		}
 		return hk.fold(n, load64(p, n-16), load64(p, n-8), seed), 0, 0
 	}
-	return hk.fold(n, a, b, hk.s[0]), a, b
+	return hk.fold(n, a, b, seed), a, b
 }
 
 // fold is the last two multiplies: the words with secrets (and seed, which
