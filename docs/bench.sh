@@ -2,7 +2,7 @@
 # Reproduces every figure in docs/benchmarks.md, each with its same-run
 # baseline. Run from the module root: docs/bench.sh [OUTDIR]
 # Needs redis-server for the Redis rows (skipped without it). Takes about
-# 15 minutes on 2 cores; run it on a quiet machine and compare ratios.
+# 17 minutes on 2 cores; run it on a quiet machine and compare ratios.
 set -eu
 out=${1:-bench-out}
 mkdir -p "$out"
@@ -28,7 +28,7 @@ run middleware go test -run '^$' -bench Middleware -count 5 -benchmem ./httplimi
 # /allow over real HTTP on loopback against a bare net/http server, same run.
 run loopback go test -run '^$' -bench Loopback -benchtime 20000x -count 5 -benchmem ./internal/cli
 # sluice serve over loopback at 5k req/s and at peak, against a bare
-# net/http server in the same run.
+# net/http server in the same run, in 5 interleaved rounds.
 run load env SLUICE_LOADTEST=1 go test -count=1 -run TestServiceLoad -v ./internal/loadgen
 # Decisions while Redis is down (killed by the test) and the time to recover.
 run outage go test -count=1 -run TestRedisOutageCostsMilliseconds -v ./cmd/sluice
