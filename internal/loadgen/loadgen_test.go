@@ -27,27 +27,49 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("SLUICE_LOADGEN_BASELINE") == "1" {
-		baselineServer()
+	switch os.Getenv("SLUICE_LOADGEN_BASELINE") {
+	case "1":
+		baselineServer(false)
+		return
+	case "fields":
+		baselineServer(true)
 		return
 	}
 	goleak.VerifyTestMain(m)
 }
 
-// baselineServer is the baseline the service is measured against: a bare
+// baselineServer is the floor the service is measured against: a bare
 // net/http server answering every request with a fixed small JSON body, run
-// as a child process exactly like `sluice serve`.
-func baselineServer() {
+// as a child process exactly like `sluice serve`. With fields it also
+// carries what serve owes every answer besides deciding: the rate-limit
+// header fields its API promises (constant values here) and serve's
+// connection timeouts, so the gap between it and serve is serve's own work.
+func baselineServer(fields bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Fprintf(os.Stderr, "msg=listening addr=%s\n", ln.Addr())
-	body := []byte(`{"allowed":true,"remaining":9,"limit":10,"rate":10}` + "\n")
-	_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	body := []byte(`{"allowed":true,"remaining":999,"limit":1000,"rate":1000}` + "\n")
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	hs := &http.Server{}
+	if fields {
+		hdr["Cache-Control"] = []string{"no-store"}
+		hdr["X-Ratelimit-Limit"] = []string{"1000"}
+		hdr["X-Ratelimit-Remaining"] = []string{"999"}
+		hdr["Ratelimit-Policy"] = []string{`"default";q=1000;w=1;sluice-burst=1000`}
+		hdr["Ratelimit"] = []string{`"default";r=999;t=1`}
+		// serve's (see internal/cli/serve.go and docs/service.md, "Timeouts").
+		hs.ReadHeaderTimeout, hs.WriteTimeout, hs.IdleTimeout = 5*time.Second, 10*time.Second, 2*time.Minute
+	}
+	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		for k, v := range hdr {
+			h[k] = v
+		}
 		_, _ = w.Write(body)
-	}))
+	})
+	_ = hs.Serve(ln)
 }
 
 func TestFixedRate(t *testing.T) {
@@ -105,17 +127,18 @@ func TestServiceLoad(t *testing.T) {
 	}
 	type target struct {
 		name, store, addr string
+		floor             string // SLUICE_LOADGEN_BASELINE of a floor; "" for serve
 		cmd               *exec.Cmd
 		lat               []*loadgen.Result // 5k req/s, by round
 		peak              []*loadgen.Result
 		cpu               []float64 // server CPU µs per request at the peak, by round
 	}
-	targets := []*target{{name: "baseline"}}
+	targets := []*target{{name: "baseline", floor: "1"}, {name: "fields", floor: "fields"}}
 	for _, st := range stores {
 		targets = append(targets, &target{name: strings.SplitN(st, ":", 2)[0], store: st})
 	}
 	if only := os.Getenv("SLUICE_LOADTEST_ONLY"); only != "" {
-		targets = slices.DeleteFunc(targets, func(t *target) bool { return t.name != "baseline" && !strings.Contains(only, t.name) })
+		targets = slices.DeleteFunc(targets, func(t *target) bool { return t.floor == "" && !strings.Contains(only, t.name) })
 	}
 	conns := 16
 	if n, err := strconv.Atoi(os.Getenv("SLUICE_LOADTEST_CONNS")); err == nil && n > 0 {
@@ -126,11 +149,11 @@ func TestServiceLoad(t *testing.T) {
 	path := func(i int) string { return fmt.Sprintf("/allow?key=k%d", i%1000) }
 	for _, tg := range targets {
 		cmd := exec.Command(bin, "serve", "-addr", "127.0.0.1:0", "-store", tg.store, "-rate", "1000", "-burst", "1000")
-		if tg.store == "" {
+		if tg.floor != "" {
 			self, err := os.Executable()
 			require.NoError(t, err)
 			cmd = exec.Command(self)
-			cmd.Env = append(os.Environ(), "SLUICE_LOADGEN_BASELINE=1")
+			cmd.Env = append(os.Environ(), "SLUICE_LOADGEN_BASELINE="+tg.floor)
 		}
 		stderr, err := cmd.StderrPipe()
 		require.NoError(t, err)
@@ -178,7 +201,7 @@ func TestServiceLoad(t *testing.T) {
 		}
 		t.Logf("round %d of %d done, load average %s", r+1, rounds, loadAverage())
 	}
-	floor := targets[0]
+	floor, fields := targets[0], targets[1]
 	for _, tg := range targets {
 		for r := range rounds {
 			t.Logf("%-8s round %d: at 5k req/s %v", tg.name, r+1, tg.lat[r])
@@ -190,11 +213,14 @@ func TestServiceLoad(t *testing.T) {
 		summary := fmt.Sprintf("%-8s medians over %d rounds: 5k req/s p50 %v p99 %v; peak %.0f req/s; server CPU %.1f µs per request",
 			tg.name, rounds, time.Duration(median(rounds, func(r int) float64 { return float64(tg.lat[r].Quantile(0.5)) })).Round(time.Microsecond),
 			time.Duration(median(rounds, p99)).Round(time.Microsecond), median(rounds, peak), median(len(tg.cpu), func(r int) float64 { return tg.cpu[r] }))
-		if tg != floor {
-			fp99 := func(r int) float64 { return float64(floor.lat[r].Quantile(0.99)) }
-			fpeak := func(r int) float64 { return floor.peak[r].Throughput() }
-			summary += fmt.Sprintf("; ÷ floor, per round: peak %s, p99 %s",
-				ratios(rounds, peak, fpeak), ratios(rounds, p99, fp99))
+		for _, f := range []*target{floor, fields} {
+			if tg.floor != "" && f != floor || tg == floor {
+				continue
+			}
+			fp99 := func(r int) float64 { return float64(f.lat[r].Quantile(0.99)) }
+			fpeak := func(r int) float64 { return f.peak[r].Throughput() }
+			summary += fmt.Sprintf("; ÷ %s, per round: peak %s, p99 %s",
+				f.name, ratios(rounds, peak, fpeak), ratios(rounds, p99, fp99))
 		}
 		t.Log(summary)
 	}
