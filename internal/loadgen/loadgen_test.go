@@ -91,7 +91,7 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // TestServiceLoad measures `sluice serve` on loopback: latency at a fixed
 // 5k req/s and peak throughput, for each store, against a bare net/http
-// server (the floor). It takes about a minute and a half and is skipped
+// server (the floor). It takes about two minutes and is skipped
 // unless SLUICE_LOADTEST=1.
 //
 // Why rounds: on a shared 2-vCPU machine the capacity left to the test
