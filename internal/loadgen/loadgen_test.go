@@ -90,9 +90,10 @@ func TestFixedRate(t *testing.T) {
 var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 
 // TestServiceLoad measures `sluice serve` on loopback: latency at a fixed
-// 5k req/s and peak throughput, for each store, against a bare net/http
-// server (the floor). It takes about two minutes and is skipped
-// unless SLUICE_LOADTEST=1.
+// 5k req/s and peak throughput, for each store, against two floors: a bare
+// net/http server, and the same with serve's header fields and timeouts
+// (see baselineServer). It takes about two minutes and is skipped unless
+// SLUICE_LOADTEST=1.
 //
 // Why rounds: on a shared 2-vCPU machine the capacity left to the test
 // drifts over a minute by more than the gaps being measured, and whichever
