@@ -74,29 +74,36 @@ type memSlot struct {
 	w   [2]uint64 // memKey.w; written before tag, never after
 }
 
-// A memKey is a key as a memTable compares it. Why words: a key of up to
-// keyhash.ShortLen bytes (an IP address, a user id) is determined by its
-// length and the two words its hash read it as, so a slot holds those and
-// a lookup never reads the stored key's bytes, a cache miss of their own
-// when the key is not hot. Longer keys are compared whole.
+// A memKey is a key as a memTable compares it, with the key itself passed
+// beside it when it is long. Why words: a key of up to keyhash.ShortLen
+// bytes (an IP address, a user id) is determined by its length and the two
+// words its hash read it as, so a slot holds those and a lookup never reads
+// the stored key's bytes, a cache miss of their own when the key is not
+// hot. Longer keys are compared whole.
+//
+// Why the long key is not a field, and the words not a [2]uint64: the
+// compiler keeps a struct in registers only if it has at most four scalar
+// fields and 32 bytes. Held in memory, the key was built on the stack and
+// copied again on its way to find, a store-forwarding stall that cost about
+// a tenth of a hot-key decision.
 type memKey struct {
 	// tag is the key's hash with its length class (the length, or
 	// keyhash.ShortLen+1 for any longer key) in bits 58–62 and the top bit
 	// set, so no tag is 0 and keys of different lengths never match.
-	tag  uint64
-	w    [2]uint64 // a short key's words; 0 for a long key
-	long string    // a long key; "" for a short one
+	tag    uint64
+	w0, w1 uint64 // a short key's words; 0 for a long key
 }
 
 // makeKey is the memKey of key, given its hash h and words a, b
-// (keyhash.Hasher.StringWords).
-func makeKey(key string, h, a, b uint64) memKey {
+// (keyhash.Hasher.StringWords), and the key itself if it is long ("" if it
+// is short): what find and insert take.
+func makeKey(key string, h, a, b uint64) (memKey, string) {
 	n := uint64(min(len(key), keyhash.ShortLen+1))
-	k := memKey{tag: 1<<63 | n<<58 | h&(1<<58-1), w: [2]uint64{a, b}}
+	k := memKey{tag: 1<<63 | n<<58 | h&(1<<58-1), w0: a, w1: b}
 	if len(key) > keyhash.ShortLen {
-		k.long = key
+		return k, key
 	}
-	return k
+	return k, ""
 }
 
 // frozen marks a slot whose table is being replaced. No clock reading is
@@ -196,7 +203,7 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	// One hash serves both the shard (its low bits) and the slot (the rest).
 	h, a, b := m.hk.StringWords(key)
 	s := &m.shards[h&(memoryShards-1)]
-	k := makeKey(key, h, a, b)
+	k, long := makeKey(key, h, a, b)
 	// Why the clock is read before the lookup and under no lock: a caller
 	// whose reading is older than the TAT another caller just wrote is only
 	// stricter (max(tat, now) + cost·T − now grows as now shrinks), and each
@@ -204,7 +211,7 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	// the bound burst + (e−s)/T holds for every interleaving. Read first, it
 	// overlaps the table's cache misses instead of waiting for them.
 	now := m.now()
-	if slot := s.tab.Load().find(&k); slot != nil {
+	if slot := s.tab.Load().find(k, long); slot != nil {
 		for {
 			tat := slot.tat.Load()
 			if tat == frozen {
@@ -216,12 +223,12 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 			}
 		}
 	}
-	return m.allowLocked(s, &k, cost, T, tau), nil
+	return m.allowLocked(s, k, long, cost, T, tau), nil
 }
 
 // allowLocked decides for a key the lock-free path could not: one not in
 // the table yet, or one whose table was being replaced.
-func (m *Memory) allowLocked(s *memShard, k *memKey, cost, T, tau int64) Result {
+func (m *Memory) allowLocked(s *memShard, k memKey, long string, cost, T, tau int64) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Why the clock is read under the lock here: a sweep reads its own now
@@ -230,7 +237,7 @@ func (m *Memory) allowLocked(s *memShard, k *memKey, cost, T, tau int64) Result 
 	// the sweep dropped (a reading taken before the sweep could be earlier,
 	// and would hand a drained bucket a refill it never earned).
 	now := m.now()
-	if slot := s.tab.Load().find(k); slot != nil {
+	if slot := s.tab.Load().find(k, long); slot != nil {
 		for { // never frozen here: only holders of the lock freeze, and they publish the new table first
 			tat := slot.tat.Load()
 			next, r := Decide(tat, now, cost, T, tau)
@@ -244,19 +251,20 @@ func (m *Memory) allowLocked(s *memShard, k *memKey, cost, T, tau int64) Result 
 		return r
 	}
 	t := s.tab.Load()
-	if k.long != "" && !s.long {
+	if long != "" && !s.long {
 		s.long = true // and a new table, with room for long keys
 		t = s.replace(s.n+1, nil)
 	} else if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
 		t = s.replace(s.n+1, nil)
 	}
-	t.insert(k, next)
+	t.insert(k, long, next)
 	s.n++
 	return r
 }
 
-// find returns the slot holding k, or nil. t may be nil (no keys yet).
-func (t *memTable) find(k *memKey) *memSlot {
+// find returns the slot holding k (and long: see makeKey), or nil. t may be
+// nil (no keys yet).
+func (t *memTable) find(k memKey, long string) *memSlot {
 	if t == nil {
 		return nil
 	}
@@ -267,7 +275,7 @@ func (t *memTable) find(k *memKey) *memSlot {
 		case 0:
 			return nil
 		case k.tag: // so the same length class: t.long is there if k is long
-			if slot.w == k.w && (k.long == "" || t.long[j] == k.long) {
+			if slot.w == [2]uint64{k.w0, k.w1} && (long == "" || t.long[j] == long) {
 				return slot
 			}
 		}
@@ -276,15 +284,15 @@ func (t *memTable) find(k *memKey) *memSlot {
 
 // insert puts a key that t does not hold into an empty slot. Callers own t:
 // they hold its shard's lock, or t is not published yet; t.long is not nil
-// if k is long.
-func (t *memTable) insert(k *memKey, tat int64) {
+// if k is long (long is not "").
+func (t *memTable) insert(k memKey, long string, tat int64) {
 	for i := k.tag >> 8; ; i++ {
 		j := i & t.mask
 		slot := &t.slots[j]
 		if slot.tag.Load() == 0 {
-			slot.w = k.w
-			if k.long != "" {
-				t.long[j] = k.long
+			slot.w = [2]uint64{k.w0, k.w1}
+			if long != "" {
+				t.long[j] = long
 			}
 			slot.tat.Store(tat)
 			slot.tag.Store(k.tag) // publishes the words, the long key and tat to lock-free readers
@@ -293,13 +301,14 @@ func (t *memTable) insert(k *memKey, tat int64) {
 	}
 }
 
-// keyAt is the memKey held in t's slot i, which is not empty.
-func (t *memTable) keyAt(i int) memKey {
-	k := memKey{tag: t.slots[i].tag.Load(), w: t.slots[i].w}
+// keyAt is the key held in t's slot i, which is not empty, as makeKey
+// returns it.
+func (t *memTable) keyAt(i int) (k memKey, long string) {
+	k = memKey{tag: t.slots[i].tag.Load(), w0: t.slots[i].w[0], w1: t.slots[i].w[1]}
 	if t.long != nil {
-		k.long = t.long[i]
+		long = t.long[i]
 	}
-	return k
+	return k, long
 }
 
 // newMemTable returns an empty table with room for n keys at most half full,
@@ -346,8 +355,8 @@ func (s *memShard) replace(n int, drop func(tat int64) bool) *memTable {
 			} else if uint64(kept+1) > (t.mask+1)/2 { // more survived than n: grow the private table
 				t = t.grow()
 			}
-			k := old.keyAt(i)
-			t.insert(&k, tat)
+			k, long := old.keyAt(i)
+			t.insert(k, long, tat)
 			kept++
 		}
 	}
@@ -361,8 +370,8 @@ func (t *memTable) grow() *memTable {
 	g := newMemTable(len(t.slots), t.long != nil)
 	for i := range t.slots {
 		if t.slots[i].tag.Load() != 0 {
-			k := t.keyAt(i)
-			g.insert(&k, t.slots[i].tat.Load())
+			k, long := t.keyAt(i)
+			g.insert(k, long, t.slots[i].tat.Load())
 		}
 	}
 	return g

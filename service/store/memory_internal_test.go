@@ -38,18 +38,18 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 
 	s := &m.shards[h(busy)]
 	kb, _ := keyOf(m, busy)
-	slot := s.tab.Load().find(&kb)
+	slot := s.tab.Load().find(kb, "")
 	require.NotNil(t, slot)
 	read := slot.tat.Load() // the racing caller's read
 
 	require.Equal(t, 1, m.Sweep())
 	require.False(t, slot.tat.CompareAndSwap(read, read+int64(time.Second)), "the old slot must be frozen")
-	moved := s.tab.Load().find(&kb)
+	moved := s.tab.Load().find(kb, "")
 	require.NotNil(t, moved)
 	require.NotSame(t, slot, moved)
 	require.Equal(t, read, moved.tat.Load())
 	ki, _ := keyOf(m, idle)
-	require.Nil(t, s.tab.Load().find(&ki))
+	require.Nil(t, s.tab.Load().find(ki, ""))
 
 	// The caller that saw frozen retries under the lock, in the new table.
 	r, err := m.Allow(ctx, busy, 1, p)
@@ -60,39 +60,39 @@ func TestSweepFreezesTheTableItReplaces(t *testing.T) {
 	require.False(t, r.Allowed, "busy had refilled one token only")
 }
 
-// keyOf is key's memKey in m and the index of its shard, as Allow finds them.
+// keyOf is the memKey of a short key in m and the index of its shard, as
+// Allow finds them.
 func keyOf(m *Memory, key string) (memKey, uint64) {
 	h, a, b := m.hk.StringWords(key)
-	return makeKey(key, h, a, b), h & (memoryShards - 1)
+	k, _ := makeKey(key, h, a, b)
+	return k, h & (memoryShards - 1)
 }
 
 // TestMemTableComparesKeys: a slot whose tag matches is the key's only if
 // the words match too (short keys) or the stored key does (long keys), so
 // two keys whose tags collide keep separate buckets.
 func TestMemTableComparesKeys(t *testing.T) {
-	short := memKey{tag: 1<<63 | 5<<58 | 42<<8, w: [2]uint64{1, 2}}
-	long := memKey{tag: 1<<63 | 17<<58 | 42<<8, long: strings.Repeat("a", 20)}
+	short := memKey{tag: 1<<63 | 5<<58 | 42<<8, w0: 1, w1: 2}
+	long, longKey := memKey{tag: 1<<63 | 17<<58 | 42<<8}, strings.Repeat("a", 20)
 	tb := newMemTable(4, true)
-	tb.insert(&short, 10)
-	tb.insert(&long, 20)
+	tb.insert(short, "", 10)
+	tb.insert(long, longKey, 20)
 
-	got := tb.find(&short)
+	got := tb.find(short, "")
 	require.NotNil(t, got)
 	require.Equal(t, int64(10), got.tat.Load())
-	got = tb.find(&long)
+	got = tb.find(long, longKey)
 	require.NotNil(t, got)
 	require.Equal(t, int64(20), got.tat.Load())
 
 	other := short
-	other.w[1] = 3
-	require.Nil(t, tb.find(&other), "same tag, other words")
-	other = long
-	other.long = strings.Repeat("a", 19) + "b"
-	require.Nil(t, tb.find(&other), "same tag, other long key")
+	other.w1 = 3
+	require.Nil(t, tb.find(other, ""), "same tag, other words")
+	require.Nil(t, tb.find(long, strings.Repeat("a", 19)+"b"), "same tag, other long key")
 
 	g := tb.grow()
-	require.Equal(t, int64(20), g.find(&long).tat.Load(), "grow keeps long keys")
-	require.Equal(t, int64(10), g.find(&short).tat.Load())
+	require.Equal(t, int64(20), g.find(long, longKey).tat.Load(), "grow keeps long keys")
+	require.Equal(t, int64(10), g.find(short, "").tat.Load())
 }
 
 // TestMemoryKeyLengths gives every length from 0 to 40 bytes two keys that
