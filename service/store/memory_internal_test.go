@@ -3,10 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -157,4 +159,13 @@ func TestIntervalCacheUnderChurn(t *testing.T) {
 	}
 	wg.Wait()
 	require.Equal(t, int64(Policy{Rate: 7.3}.Interval()), c.of(7.3))
+}
+
+// TestMemKeyFitsInRegisters: a memKey travels from makeKey through find in
+// registers only while it has at most four scalar fields and 32 bytes (see
+// memKey). A field more costs every decision a copy through the stack, so
+// this fails first.
+func TestMemKeyFitsInRegisters(t *testing.T) {
+	require.LessOrEqual(t, unsafe.Sizeof(memKey{}), uintptr(32))
+	require.LessOrEqual(t, reflect.TypeFor[memKey]().NumField(), 4)
 }
