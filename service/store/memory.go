@@ -71,7 +71,7 @@ type memSlot struct {
 	// tat is the key's theoretical arrival time, or frozen once the table is
 	// being replaced: the value then lives in the new table.
 	tat atomic.Int64
-	w   [2]uint64 // memKey.w; written before tag, never after
+	w   [2]uint64 // memKey.w0 and w1; written before tag, never after
 }
 
 // A memKey is a key as a memTable compares it, with the key itself passed
