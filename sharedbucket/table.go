@@ -136,6 +136,13 @@ func (t *Table) AllowN(key string, cost int64) bool {
 		return false
 	}
 	h := t.hk.hash(key)
+	// Why the prefetch, and before the clock: on amd64 the clock read
+	// (rdtscp, or lfence then rdtsc) waits for every earlier load to finish,
+	// so a probe that starts after it pays its cache miss on top of the
+	// clock. A prefetch is not waited for: the slot's line arrives while the
+	// clock is read. With 100k keys (a miss per call) this took Allow from 73
+	// to 56 ns on an Intel VM; on a hot key it costs under 1 ns.
+	prefetch(unsafe.Pointer(slotAt(t.slots, h&t.mask)))
 	return t.decideFrom(h, cost, t.now(), true, nil).ok
 }
 
@@ -185,6 +192,7 @@ func (t *Table) DecideN(key string, cost int64) Decision {
 		return Decision{RetryAfter: Never}
 	}
 	h := t.hk.hash(key)
+	prefetch(unsafe.Pointer(slotAt(t.slots, h&t.mask))) // see AllowN
 	return t.decision(t.decideFrom(h, cost, t.now(), true, nil), cost)
 }
 

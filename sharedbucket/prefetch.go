@@ -1,0 +1,11 @@
+//go:build amd64 || arm64
+
+package sharedbucket
+
+import "unsafe"
+
+// prefetch asks the CPU to start loading the cache line at p, and returns
+// at once: it never faults and never waits for the line.
+//
+//go:noescape
+func prefetch(p unsafe.Pointer)
