@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/monotime"
 )
 
 // The fast path: a take from a bucket that has the tokens, with nobody
@@ -128,7 +130,7 @@ func gcd(a, b uint64) uint64 {
 // bubble).
 func (b *bucket) nanos() int64 {
 	if b.mono {
-		return int64(time.Since(b.epoch))
+		return monotime.Now() - b.origin
 	}
 	return int64(b.clock.Now().Sub(b.epoch))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -207,4 +208,34 @@ func exploreTrace(seed uint64, rate float64, locked bool) ([]string, error) {
 		return nil
 	}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
 	return trace, err
+}
+
+// TestRealClockReadings: outside a bubble the limiter reads the monotonic
+// clock alone, and its readings are never behind time.Now (its origin is
+// read before its epoch), with the fast word's ns and Now the same clock;
+// inside a synctest bubble it reads the bubble's fake time, exactly.
+func TestRealClockReadings(t *testing.T) {
+	l, err := New(context.Background(), 10, 1)
+	require.NoError(t, err)
+	defer l.Stop()
+	require.True(t, l.b.mono)
+	for range 1000 {
+		before := time.Now()
+		now := l.b.Now()
+		ns := l.b.nanos()
+		after := time.Now()
+		require.False(t, now.Before(before), "reading %v behind time.Now %v", now, before)
+		require.LessOrEqual(t, now.Sub(after), time.Millisecond, "reading far ahead of time.Now")
+		require.GreaterOrEqual(t, ns, int64(now.Sub(l.b.epoch)), "nanos is the same clock as Now, read later")
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		l, err := New(t.Context(), 10, 1)
+		require.NoError(t, err)
+		defer l.Stop()
+		require.False(t, l.b.mono, "in a bubble the monotonic clock is not the bubble's time")
+		time.Sleep(time.Hour)
+		require.Equal(t, int64(time.Hour), l.b.nanos())
+		require.True(t, l.b.Now().Equal(l.b.epoch.Add(time.Hour)))
+	})
 }

@@ -48,6 +48,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
 	"github.com/sluice-go/sluice/sharedbucket"
@@ -192,9 +193,15 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		s.alarm = alarm
 		l.src = s
 	} else {
-		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), base: c.Now()}
-		// Real time (no loop, no WithClock): read it monotonic-only.
-		b.mono, b.epoch = cfg.clock == nil && !sched.InLoop(ctx), b.base
+		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst)}
+		// Real time outside any synctest bubble (no loop, no WithClock):
+		// read the monotonic clock alone, from an origin read just before
+		// the epoch (see Now).
+		if cfg.clock == nil && !sched.InLoop(ctx) && !monotime.Bubbled() {
+			b.mono, b.origin = true, monotime.Now()
+		}
+		b.base = c.Now()
+		b.epoch = b.base
 		l.src, l.b = b, b
 		full = int64(burst)
 		if f := newFastWord(b.nanoRate, b.burst); f != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/ticker"
 )
@@ -38,11 +39,12 @@ const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per 
 // lock (every Source method runs under it) while held is true; otherwise it
 // is the fast word's (see fast.go).
 type bucket struct {
-	clock sched.Clock
-	mono  bool      // real time, read as epoch plus monotonic time elapsed (see Now)
-	epoch time.Time // the first reading; the origin of every later one when mono, and of the fast word's
-	alarm *ticker.Alarm
-	fast  atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
+	clock  sched.Clock
+	mono   bool      // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
+	origin int64     // when mono, monotime.Now() just before epoch was read
+	epoch  time.Time // the first reading; the origin of every later one when mono, and of the fast word's
+	alarm  *ticker.Alarm
+	fast   atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
 
 	rate     float64   // tokens per second, as given
 	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
@@ -101,26 +103,26 @@ func (b *bucket) due(k int64) time.Duration {
 	return time.Duration(q)
 }
 
-// Now reads the limiter's clock. On real time it reads the monotonic clock
-// alone: time.Now reads two clocks (wall and monotonic), and that second
-// read was more than half of an Acquire with a token ready. The reading is
-// epoch plus the monotonic time elapsed since epoch (time.Since of a reading
-// that carries a monotonic part reads nothing else), so it orders and
-// subtracts exactly as time.Now would against any reading that carries a
-// monotonic part (a ctx deadline from WithTimeout does). Its wall part
-// drifts from the host's if the wall clock is stepped; the one wall
-// comparison left is Acquire's "fails at once" check against a deadline
-// made from a wall time alone (WithDeadline of a time.Date), which is then
-// off by that step.
+// Now reads the limiter's clock. On real time outside a synctest bubble it
+// reads the monotonic clock alone (monotime.Now): time.Now reads two clocks
+// (wall and monotonic), and that second read was more than half of an
+// Acquire with a token ready; time.Since would also ask, per call, whether
+// the caller is in a bubble. The reading is epoch plus the monotonic time
+// elapsed since origin, a reading taken just before epoch, so it is never
+// behind time.Now (ahead by the gap between the two first readings, tens of
+// ns) and orders and subtracts as time.Now would against any reading that
+// carries a monotonic part (a ctx deadline from WithTimeout does). Its wall
+// part drifts from the host's if the wall clock is stepped; the one wall
+// comparison left is Acquire's "fails at once" check against a deadline made
+// from a wall time alone (WithDeadline of a time.Date), which is then off by
+// that step.
 //
-// Inside a testing/synctest bubble time.Since is the bubble's fake time
-// (Go 1.26's time.Since checks for a bubble before taking the monotonic
-// shortcut, and a reading made in a bubble carries no monotonic part), so a
-// limiter made in a bubble still refills on fake time, exactly
-// (TestSynctest).
+// A limiter made inside a testing/synctest bubble reads the clock it was
+// given (time.Now, the bubble's fake time, whose readings carry no monotonic
+// part), so it refills on fake time, exactly (TestSynctest).
 func (b *bucket) Now() time.Time {
 	if b.mono {
-		return b.epoch.Add(time.Since(b.epoch))
+		return b.epoch.Add(time.Duration(monotime.Now() - b.origin))
 	}
 	return b.clock.Now()
 }

@@ -82,8 +82,7 @@ type Server struct {
 	storeLat prometheus.Observer
 	storeErr prometheus.Counter
 
-	inProcess bool      // the store never waits: no per-call timeout needed
-	epoch     time.Time // New's time; store latency is measured as time.Since(epoch) differences
+	inProcess bool // the store never waits: no per-call timeout needed
 
 	// What /stats and Stats report; see Stats.
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
@@ -125,8 +124,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits)),
-		epoch: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
 	s.def = s.entry(cfg.Default)
 	for k, p := range cfg.Limits {
 		if err := p.Validate(); err != nil {

@@ -3,22 +3,13 @@ package sharedbucket
 import (
 	"sync/atomic"
 	"time"
-	_ "unsafe" // for go:linkname
+
+	"github.com/sluice-go/sluice/internal/monotime"
 )
 
-// nanotime is the runtime's monotonic clock: on Linux CLOCK_MONOTONIC through
-// the vDSO, on macOS mach_absolute_time (ticks since boot, scaled to ns).
-// Either is an absolute reading every process on the host (in one time
-// namespace) agrees on.
-//
-// Why the linkname: time.Now's monotonic part is relative to the process's
-// start, so it cannot be compared across processes, and
-// unix.ClockGettime is a real syscall (about 8× slower). The runtime keeps
-// nanotime linkable on purpose ("Do not remove or change the type
-// signature", go.dev/issue/67401).
-//
-//go:linkname nanotime runtime.nanotime
-func nanotime() int64
+// nanotime is the runtime's monotonic clock (see monotime.Now): an absolute
+// reading every process on the host (in one time namespace) agrees on.
+func nanotime() int64 { return monotime.Now() }
 
 // Now returns the current reading of the host's monotonic clock in
 // nanoseconds (Linux: CLOCK_MONOTONIC; macOS: mach_absolute_time, which is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/keyhash"
+	"github.com/sluice-go/sluice/internal/monotime"
 )
 
 const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at a time
@@ -31,9 +32,11 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 type Memory struct {
 	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
 	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
-	clock      func() time.Duration // WithClock's; nil means the monotonic time since start
-	start      time.Time
-	sweepEvery time.Duration // WithSweep's
+	clock      func() time.Duration // WithClock's; nil means the store's own (see now)
+	bubbled    bool                 // made inside a testing/synctest bubble: time is the bubble's, since start
+	start      time.Time            // NewMemory's reading of time.Now, for a bubbled store
+	origin     int64                // NewMemory's reading of monotime.Now, for every other store
+	sweepEvery time.Duration        // WithSweep's
 	shards     [memoryShards]memShard
 	closed     atomic.Bool
 
@@ -167,7 +170,7 @@ func WithClock(now func() time.Duration) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), start: time.Now()}
+	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), bubbled: monotime.Bubbled(), start: time.Now(), origin: monotime.Now()}
 	for _, o := range opts {
 		o(m)
 	}
@@ -184,9 +187,13 @@ func (m *Memory) now() int64 {
 	if m.clock != nil {
 		return int64(m.clock())
 	}
-	// Why time.Since: it reads only the monotonic clock (cheaper than
-	// time.Now, which also reads wall time), and wall-clock steps never
-	// refill or drain a bucket.
+	// Why the monotonic clock alone: time.Now also reads wall time, and
+	// time.Since asks on every call whether the caller is in a synctest
+	// bubble; wall-clock steps never refill or drain a bucket. A store made
+	// in a bubble keeps the bubble's fake time (time.Since is that there).
+	if !m.bubbled {
+		return monotime.Now() - m.origin
+	}
 	return int64(time.Since(m.start))
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -224,4 +225,39 @@ func TestMemoryAllowDoesNotAllocate(t *testing.T) {
 	q := store.Policy{Rate: 1.0 / 3600, Burst: 1}
 	_, _ = m.Allow(ctx, "drained", 1, q)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = m.Allow(ctx, "drained", 1, q) }), "denied")
+}
+
+// TestMemorySynctest: a store made in a testing/synctest bubble decides on
+// the bubble's fake time, to the nanosecond, with no option; one made
+// outside reads real time.
+func TestMemorySynctest(t *testing.T) {
+	p := store.Policy{Name: "p", Rate: 10, Burst: 2} // T = 100 ms
+	synctest.Test(t, func(t *testing.T) {
+		m := store.NewMemory()
+		defer m.Close()
+		for range 2 {
+			r, err := m.Allow(t.Context(), "k", 1, p)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+		}
+		r, _ := m.Allow(t.Context(), "k", 1, p)
+		require.False(t, r.Allowed)
+		require.Equal(t, 100*time.Millisecond, r.RetryAfter)
+		time.Sleep(100*time.Millisecond - 1)
+		r, _ = m.Allow(t.Context(), "k", 1, p)
+		require.False(t, r.Allowed, "one ns before the token")
+		require.Equal(t, time.Duration(1), r.RetryAfter)
+		time.Sleep(1)
+		r, _ = m.Allow(t.Context(), "k", 1, p)
+		require.True(t, r.Allowed, "at the token's instant")
+	})
+
+	m := store.NewMemory()
+	defer m.Close()
+	r, err := m.Allow(context.Background(), "k", 2, p)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	r, _ = m.Allow(context.Background(), "k", 1, p)
+	require.False(t, r.Allowed, "real time does not jump")
+	assert.InDelta(t, float64(100*time.Millisecond), float64(r.RetryAfter), float64(50*time.Millisecond))
 }
