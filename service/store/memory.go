@@ -33,9 +33,9 @@ type Memory struct {
 	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
 	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
 	clock      func() time.Duration // WithClock's; nil means the store's own (see now)
-	bubbled    bool                 // made inside a testing/synctest bubble: time is the bubble's, since start
-	start      time.Time            // NewMemory's reading of time.Now, for a bubbled store
-	origin     int64                // NewMemory's reading of monotime.Now, for every other store
+	mono       bool                 // no WithClock, and made outside any synctest bubble: now reads monotime
+	origin     int64                // NewMemory's reading of monotime.Now
+	start      time.Time            // NewMemory's reading of time.Now (a bubble's fake time in one)
 	sweepEvery time.Duration        // WithSweep's
 	shards     [memoryShards]memShard
 	closed     atomic.Bool
@@ -170,10 +170,11 @@ func WithClock(now func() time.Duration) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), bubbled: monotime.Bubbled(), start: time.Now(), origin: monotime.Now()}
+	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), origin: monotime.Now(), start: time.Now()}
 	for _, o := range opts {
 		o(m)
 	}
+	m.mono = m.clock == nil && !monotime.Bubbled()
 	if m.sweepEvery > 0 { // started after every option, so it sees the final clock
 		m.stop = make(chan struct{})
 		m.sweepDone = make(chan struct{})
@@ -184,15 +185,22 @@ func NewMemory(opts ...MemoryOption) *Memory {
 
 // now is the store's clock in nanoseconds.
 func (m *Memory) now() int64 {
-	if m.clock != nil {
-		return int64(m.clock())
-	}
 	// Why the monotonic clock alone: time.Now also reads wall time, and
 	// time.Since asks on every call whether the caller is in a synctest
-	// bubble; wall-clock steps never refill or drain a bucket. A store made
-	// in a bubble keeps the bubble's fake time (time.Since is that there).
-	if !m.bubbled {
+	// bubble; wall-clock steps never refill or drain a bucket. (Kept small
+	// enough to inline into Allow.)
+	if m.mono {
 		return monotime.Now() - m.origin
+	}
+	return m.otherNow()
+}
+
+// otherNow is now for a store with WithClock's clock, or one made in a
+// synctest bubble, which keeps the bubble's fake time (time.Since is that
+// there).
+func (m *Memory) otherNow() int64 {
+	if m.clock != nil {
+		return int64(m.clock())
 	}
 	return int64(time.Since(m.start))
 }
