@@ -237,19 +237,9 @@ func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcom
 		s = t.find(h)
 	}
 	if s != nil {
-		// The common case in one pass: the key's slot, one load of each
-		// word, one CAS. Anything else goes round the loop below.
-		tat := s.tat.Load()
-		if s.key.Load() == h {
-			need := cost * t.interval
-			var d int64
-			if tat > now {
-				d = tat - now
-			}
-			if d <= t.tau-need && s.tat.CompareAndSwap(tat, now+d+need) {
-				t.counts.add(true)
-				return outcome{s: s, debt: d + need, ok: true}
-			}
+		if debt, ok := t.spendOnce(s, h, cost, now); ok {
+			t.counts.add(true)
+			return outcome{s: s, debt: debt, ok: true}
 		}
 	}
 	for range maxMoves {
@@ -273,6 +263,23 @@ func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcom
 		s = nil // the slot changed owner under us: find the key again
 	}
 	return t.gaveUp(nil)
+}
+
+// spendOnce is the common case of a spend in one pass, small enough to
+// inline: the key's slot, one load of each word, one CAS. It reports
+// whether it spent cost (and the debt after), and false for anything else
+// (a denial, a slot that moved, a lost CAS): decideFrom then decides.
+func (t *Table) spendOnce(s *slot, h uint64, cost, now int64) (int64, bool) {
+	tat := s.tat.Load()
+	if s.key.Load() != h {
+		return 0, false
+	}
+	need := cost * t.interval
+	var d int64
+	if tat > now { // compare first: tat − now cannot overflow then
+		d = tat - now
+	}
+	return d + need, d <= t.tau-need && s.tat.CompareAndSwap(tat, now+d+need)
 }
 
 // gaveUp records a call that gave up under contention and returns its
