@@ -2,12 +2,14 @@ package ratelimiter_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/ratelimit"
 	"golang.org/x/time/rate"
 
+	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
 )
@@ -84,6 +86,29 @@ func BenchmarkTryAcquire(b *testing.B) {
 			l := rate.NewLimiter(fastRate, fastBurst)
 			parallel(b, g, func() { l.Allow() })
 		})
+		b.Run("g="+formatInt(g)+"/impl=floor", func(b *testing.B) { parallel(b, g, floorTake()) })
+	}
+}
+
+// floorTake returns a take that is not a limiter: one read of the monotonic
+// clock and a compare-and-swap of one word (GCRA's step with nothing around
+// it), the least any limiter that reads the clock and updates one word per
+// call can cost. On two goroutines the word's cache line moves between the
+// cores on nearly every call, which sets the 2-goroutine rows' floor.
+func floorTake() func() {
+	word := new(struct {
+		_   [64]byte
+		tat atomic.Int64
+		_   [56]byte
+	})
+	return func() {
+		now := monotime.Now()
+		for {
+			tat := word.tat.Load()
+			if word.tat.CompareAndSwap(tat, max(tat, now)+1) {
+				return
+			}
+		}
 	}
 }
 

@@ -79,6 +79,30 @@ func BenchmarkSingleKey(b *testing.B) {
 		}
 	})
 	b.Run("impl=x/time/rate", benchRateAllow)
+	b.Run("impl=floor", benchFloor)
+}
+
+// benchFloor is not a limiter: it is the least a check on this clock can
+// cost, one clock read and a compare-and-swap of one word (GCRA's step with
+// nothing around it), so that a ratio to x/time/rate can be read against
+// what the clock and the CAS alone leave on this machine.
+func benchFloor(b *testing.B) {
+	var word struct {
+		_   [64]byte
+		tat atomic.Int64
+		_   [56]byte
+	}
+	b.ReportAllocs()
+	defer cpuMetric(b)()
+	for b.Loop() {
+		now := nanotime()
+		for {
+			tat := word.tat.Load()
+			if word.tat.CompareAndSwap(tat, max(tat, now)+1) {
+				break
+			}
+		}
+	}
 }
 
 // benchRateAllow is the baseline: x/time/rate's Allow on a limiter that
