@@ -27,12 +27,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	switch os.Getenv("SLUICE_LOADGEN_BASELINE") {
+	switch f := os.Getenv("SLUICE_LOADGEN_BASELINE"); f {
 	case "1":
-		baselineServer(false)
+		baselineServer(false, false)
 		return
-	case "fields":
-		baselineServer(true)
+	case "fields", "headers", "timeouts":
+		baselineServer(f != "timeouts", f != "headers")
 		return
 	}
 	goleak.VerifyTestMain(m)
@@ -40,11 +40,13 @@ func TestMain(m *testing.M) {
 
 // baselineServer is the floor the service is measured against: a bare
 // net/http server answering every request with a fixed small JSON body, run
-// as a child process exactly like `sluice serve`. With fields it also
+// as a child process exactly like `sluice serve`. The `fields` floor also
 // carries what serve owes every answer besides deciding: the rate-limit
 // header fields its API promises (constant values here) and serve's
-// connection timeouts, so the gap between it and serve is serve's own work.
-func baselineServer(fields bool) {
+// connection timeouts, so the gap between it and serve is serve's own work;
+// the `headers` and `timeouts` floors carry one of the two each
+// (SLUICE_LOADTEST_SPLIT=1), to tell their costs apart.
+func baselineServer(fields, timeouts bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -59,6 +61,8 @@ func baselineServer(fields bool) {
 		hdr["X-Ratelimit-Remaining"] = []string{"999"}
 		hdr["Ratelimit-Policy"] = []string{`"default";q=1000;w=1;sluice-burst=1000`}
 		hdr["Ratelimit"] = []string{`"default";r=999;t=1`}
+	}
+	if timeouts {
 		// serve's (see internal/cli/serve.go and docs/service.md, "Timeouts").
 		hs.ReadHeaderTimeout, hs.WriteTimeout, hs.IdleTimeout = 5*time.Second, 10*time.Second, 2*time.Minute
 	}
@@ -93,7 +97,10 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)`)
 // 5k req/s and peak throughput, for each store, against two floors: a bare
 // net/http server, and the same with serve's header fields and timeouts
 // (see baselineServer). It takes about two minutes and is skipped unless
-// SLUICE_LOADTEST=1.
+// SLUICE_LOADTEST=1. SLUICE_LOADTEST_ROUNDS and SLUICE_LOADTEST_DURATION
+// set the rounds and the time per server and phase over all of them,
+// SLUICE_LOADTEST_ONLY the stores ("none": the floors alone), and
+// SLUICE_LOADTEST_SPLIT=1 adds the headers and timeouts floors.
 //
 // Why rounds: on a shared 2-vCPU machine the capacity left to the test
 // drifts over a minute by more than the gaps being measured, and whichever
@@ -135,6 +142,9 @@ func TestServiceLoad(t *testing.T) {
 		cpu               []float64 // server CPU µs per request at the peak, by round
 	}
 	targets := []*target{{name: "baseline", floor: "1"}, {name: "fields", floor: "fields"}}
+	if os.Getenv("SLUICE_LOADTEST_SPLIT") != "" {
+		targets = append(targets, &target{name: "headers", floor: "headers"}, &target{name: "timeouts", floor: "timeouts"})
+	}
 	for _, st := range stores {
 		targets = append(targets, &target{name: strings.SplitN(st, ":", 2)[0], store: st})
 	}
