@@ -218,8 +218,8 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 		// a connection forever; ReadHeaderTimeout and IdleTimeout bound
 		// that, and a POST body gets its own read deadline
 		// (service.Config.BodyTimeout), so ReadTimeout would only arm one
-		// more timer per request. WriteTimeout stays although it costs
-		// about a percent of the server's CPU at the peak: without it a
+		// more timer per request. WriteTimeout stays although the three
+		// timeouts' timers cost a few percent of the peak: without it a
 		// client that sends requests and never reads the answers keeps its
 		// connection, with full socket buffers (hundreds of KiB of kernel
 		// memory each), for as long as it likes. docs/service.md
