@@ -187,8 +187,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 func (m *Memory) now() int64 {
 	// Why the monotonic clock alone: time.Now also reads wall time, and
 	// time.Since asks on every call whether the caller is in a synctest
-	// bubble; wall-clock steps never refill or drain a bucket. (Kept small
-	// enough to inline into Allow.)
+	// bubble; wall-clock steps never refill or drain a bucket.
 	if m.mono {
 		return monotime.Now() - m.origin
 	}
