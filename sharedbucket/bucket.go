@@ -46,14 +46,17 @@ func (b *Bucket) AllowN(n int64) bool {
 	}
 	// Why the first pass is here and not only in decide: this is the whole
 	// call for a hot key, and inlined it spares two calls and an outcome.
+	// When it does not allow, the rest of a decision follows, without a
+	// second first pass.
 	now := b.t.now()
-	if s := b.s.Load(); s != nil {
+	s := b.s.Load()
+	if s != nil {
 		if _, ok := b.t.spendOnce(s, b.h, n, now); ok {
 			b.t.counts.add(true)
 			return true
 		}
 	}
-	return b.decide(n, now, true).ok
+	return b.remember(s, b.t.decideRest(b.h, n, now, true, s)).ok
 }
 
 // AllowAt is AllowN at an explicit time (see Table.AllowAt).
@@ -92,7 +95,11 @@ func (b *Bucket) valid(n int64) bool {
 // explicit time, and remembers the slot the key was found in.
 func (b *Bucket) decide(n, now int64, live bool) outcome {
 	s := b.s.Load()
-	o := b.t.decideFrom(b.h, n, now, live, s)
+	return b.remember(s, b.t.decideFrom(b.h, n, now, live, s))
+}
+
+// remember keeps the slot a decision from s found the key in, and returns o.
+func (b *Bucket) remember(s *slot, o outcome) outcome {
 	if o.s != s && o.s != nil {
 		b.s.Store(o.s)
 	}

@@ -242,6 +242,13 @@ func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcom
 			return outcome{s: s, debt: debt, ok: true}
 		}
 	}
+	return t.decideRest(h, cost, now, live, s)
+}
+
+// decideRest is decideFrom after its first pass (spendOnce on s) did not
+// allow, or with s nil when the key was not found: a denial, a slot that
+// moved, a lost CAS, or a key that needs a slot.
+func (t *Table) decideRest(h uint64, cost, now int64, live bool, s *slot) outcome {
 	for range maxMoves {
 		if s == nil {
 			if s = t.find(h); s == nil {
