@@ -110,7 +110,7 @@ type tokenSource interface {
 	check(n int) error // a request no wait can satisfy
 	params() (rate float64, burst int64)
 	setRate(now time.Time, rate float64) error
-	setBurst(now time.Time, burst int64) error
+	setBurst(s *semaphore.State, burst int64) error
 	tokens(now time.Time, avail int64, waiting bool) float64
 }
 
@@ -193,7 +193,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		s.alarm = alarm
 		l.src = s
 	} else {
-		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst)}
+		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), rateAt: math.MinInt64}
 		// Real time outside any synctest bubble (no loop, no WithClock):
 		// read the monotonic clock alone, from an origin read just before
 		// the epoch (see Now).
@@ -310,11 +310,7 @@ func (l *Limiter) SetBurst(burst int) error {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) {
-		if err = l.src.setBurst(s.Now, int64(burst)); err == nil && !s.Waiting {
-			s.Avail = min(s.Avail, int64(burst))
-		}
-	})
+	l.q.Do(func(s *semaphore.State) { err = l.src.setBurst(s, int64(burst)) })
 	return err
 }
 
@@ -356,6 +352,18 @@ func (l *Limiter) Rate() float64 {
 func (l *Limiter) Burst() int {
 	_, b := l.params()
 	return int(b)
+}
+
+// dropped returns the tokens the bucket could not hold and dropped (see
+// Limiter): 0 with Shared.
+func (l *Limiter) dropped() float64 {
+	var d float64
+	l.q.Do(func(*semaphore.State) {
+		if l.b != nil {
+			d = l.b.dropped.tokens()
+		}
+	})
+	return d
 }
 
 func (l *Limiter) params() (rate float64, burst int64) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/semaphore"
 	"github.com/sluice-go/sluice/ticker"
 )
 
@@ -52,7 +53,36 @@ type bucket struct {
 	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
+	rateAt   int64     // ns after epoch of the last SetRate (see Return)
+	dropped  amount    // tokens the bucket could not hold, exactly (see Return)
 }
+
+// An amount is whole + frac/nanoScale tokens, 0 ≤ frac < nanoScale: the
+// exact arithmetic of what comes back to the bucket and what it drops.
+type amount struct {
+	whole int64
+	frac  uint64
+}
+
+func (a amount) plus(c amount) amount {
+	a.whole += c.whole
+	if a.frac += c.frac; a.frac >= nanoScale {
+		a.whole, a.frac = a.whole+1, a.frac-nanoScale
+	}
+	return a
+}
+
+func (a amount) minus(c amount) amount {
+	a.whole -= c.whole
+	if a.frac < c.frac {
+		a.whole, a.frac = a.whole-1, a.frac+nanoScale
+	}
+	a.frac -= c.frac
+	return a
+}
+
+func (a amount) positive() bool   { return a.whole > 0 || a.whole == 0 && a.frac > 0 }
+func (a amount) tokens() float64 { return float64(a.whole) + float64(a.frac)/nanoScale }
 
 // accrued returns the whole tokens accrued d after base, and the fraction of
 // the next one in units of 1/nanoScale.
@@ -133,6 +163,12 @@ func (b *bucket) Now() time.Time {
 func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
 	b.hold()
 	if !waiting && avail >= b.burst {
+		if avail > b.burst {
+			// Left over from a head of n > burst granted late (a late
+			// timer credits what accrued meanwhile): the bucket keeps
+			// burst, and the rest is dropped.
+			b.drop(amount{whole: avail - b.burst})
+		}
 		b.restart(now) // full: nothing accrues, fraction included
 		return b.burst
 	}
@@ -180,8 +216,119 @@ func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
 	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
 }
 
-func (b *bucket) Take(int64) int64         { return 0 }
-func (b *bucket) Return(n, _ int64) int64  { b.hold(); return n }
+// Take marks a grant with its instant, in ns after epoch: a grant handed
+// back later is worth less by what accrued meanwhile (see Return).
+func (b *bucket) Take(now time.Time, _ int64) int64 { return int64(now.Sub(b.epoch)) }
+
+// Return takes back n tokens of a grant made at mark (ns after epoch): a
+// grant whose caller's ctx ended before Acquire returned, or what a head
+// had collected when it left the queue without its grant (made and handed
+// back at once). avail is the bucket's whole tokens without them, credited
+// up to now. What the bucket cannot hold is dropped and counted:
+//
+//   - of a grant of n, at most burst come back, less what has accrued
+//     since it was made, d·rate for a grant d ago (all of it if SetRate
+//     changed the rate meanwhile);
+//   - they go in only as far as the level (avail and the accrued fraction
+//     of the next token) stays within max(burst, the level without them);
+//     a level at the cap drops the fraction too, and accrual starts over
+//     from now, as for a full bucket.
+//
+// Why this keeps the bound, tokens granted to calls of n ≤ burst within
+// [s, e] ≤ burst + ∫rate over [s, e] (with a burst that changes, the
+// largest in force in [s, e]), on a clock whose timers fire at their
+// instant: the bound holds for a virtual bucket W that refills at rate up
+// to burst and pays for every such grant, so it is enough that the real
+// level L never pays for one that W could not, that is: L ≤ W whenever a
+// call of n ≤ burst is at the head or nobody waits (then L ≤ burst too,
+// or it would have been granted). A head of n > burst lets L rise past
+// burst while W stops there, and no call of n ≤ burst is granted
+// meanwhile: FIFO, no barging.
+//   - A leaver's collection is all of L: capped at burst, L is at most W
+//     again (W is burst, or L never passed it).
+//   - A grant made at t1 and handed back at t2 lowered L and not W by h,
+//     or by burst − L after it for a head of n > burst (L was at burst
+//     or more, and W at burst): min(h, burst) − L', L' < 1 token that
+//     timers on time leave. From then to t2 the gap W − L shrinks only
+//     while W is full, at most at the rate, by ∫rate over [t1, t2]: what
+//     comes back is within it. At the same instant (always on fibers and
+//     in a testing/synctest bubble, where the caller resumes before time
+//     moves) nothing has accrued, and the cap at max(burst, L) keeps the
+//     rest.
+//
+// Handing the whole collection on instead (what the head of n > burst held
+// went to the callers behind it in one instant) granted them up to n − 1
+// tokens at once. A late timer (real time) credits what accrued meanwhile
+// at once, as x/time/rate's Wait returns late; the bound is then one of
+// the instants the tokens were due.
+func (b *bucket) Return(now time.Time, avail, n, mark int64) int64 {
+	b.hold()
+	back := amount{whole: min(n, b.burst)}
+	if d := time.Duration(int64(now.Sub(b.epoch)) - mark); d > 0 {
+		if mark < b.rateAt {
+			back = amount{}
+		} else {
+			whole, frac := b.accrued(d)
+			if back = back.minus(amount{whole, frac}); !back.positive() {
+				back = amount{}
+			}
+		}
+	}
+	b.drop(amount{whole: n}.minus(back))
+	return b.put(now, avail, back)
+}
+
+// put adds y tokens to a bucket of avail whole tokens credited up to now,
+// as far as its level stays within max(burst, its level before), and
+// drops the rest (see Return). The fraction of y goes to the accrual: base
+// moves back by the time it takes to accrue.
+func (b *bucket) put(now time.Time, avail int64, y amount) int64 {
+	if !y.positive() {
+		return avail
+	}
+	if !(amount{whole: b.burst}).minus(b.level(now, avail)).positive() {
+		// Full already, or past it with a head of n > burst collecting.
+		b.drop(y)
+		return avail
+	}
+	avail += y.whole
+	if y.frac > 0 {
+		back := y.frac / b.nanoRate
+		b.base = b.base.Add(-time.Duration(back))
+		b.drop(amount{frac: y.frac - back*b.nanoRate}) // under a ns of accrual
+	}
+	return b.clip(now, avail)
+}
+
+// level returns the tokens in a bucket of avail whole tokens at now: avail
+// and what has accrued since the last credit. A reading older than the
+// last credit sees avail alone.
+func (b *bucket) level(now time.Time, avail int64) amount {
+	l := amount{whole: avail}
+	if now.After(b.base) {
+		if whole, frac := b.accrued(now.Sub(b.base)); whole >= b.credited {
+			l = l.plus(amount{whole - b.credited, frac})
+		}
+	}
+	return l
+}
+
+// clip keeps the bucket's level at most burst: what is beyond, the
+// accrued fraction included, is dropped, and accrual starts over from now,
+// as for a full bucket. It returns the whole tokens kept.
+func (b *bucket) clip(now time.Time, avail int64) int64 {
+	over := b.level(now, avail).minus(amount{whole: b.burst})
+	if !over.positive() {
+		return avail
+	}
+	b.drop(over)
+	b.restart(now)
+	return b.burst
+}
+
+// drop counts tokens the bucket could not hold.
+func (b *bucket) drop(a amount) { b.dropped = b.dropped.plus(a) }
+
 func (b *bucket) check(int) error          { return nil }
 func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b.burst }
 
@@ -194,18 +341,26 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 	if now.After(b.base) {
 		_, frac := b.accrued(now.Sub(b.base))
 		// frac/nanoScale of a token takes frac/nanoRate' ns at the new rate.
-		back := time.Duration(frac / nr)
-		b.base, b.credited = now.Add(-back), 0
+		back := frac / nr
+		b.base, b.credited = now.Add(-time.Duration(back)), 0
+		b.drop(amount{frac: frac - back*nr}) // under a ns of accrual
 	}
 	b.rate, b.nanoRate = rate, nr
+	b.rateAt = int64(now.Sub(b.epoch))
 	b.refast()
 	return nil
 }
 
-func (b *bucket) setBurst(_ time.Time, burst int64) error {
+// setBurst changes the burst at now. A bucket that holds more than the new
+// burst while nobody waits keeps burst and drops the rest (a head's
+// collection stays its own until it leaves).
+func (b *bucket) setBurst(s *semaphore.State, burst int64) error {
 	b.hold()
 	b.burst = burst
 	b.refast()
+	if !s.Waiting {
+		s.Avail = b.clip(s.Now, s.Avail)
+	}
 	return nil
 }
 

@@ -63,12 +63,19 @@ type Source interface {
 	// that is past ctx's deadline; a Source whose waits should last until
 	// the deadline whatever happens returns 0.
 	Until(now time.Time, avail, n int64) time.Duration
-	// Take is told of a grant of n units and returns a mark that Acquire
-	// reports to its caller (a ticker's boundary). Return is told that a
-	// grant with that mark was handed back, and returns how many of its
-	// units are free again.
-	Take(n int64) (mark int64)
-	Return(n, mark int64) int64
+	// Take is told of a grant of n units at now and returns a mark that
+	// Acquire reports to its caller (a ticker's boundary, a bucket's grant
+	// instant).
+	Take(now time.Time, n int64) (mark int64)
+	// Return is told that n units of a grant with that mark came back at
+	// now: its caller's ctx ended before Acquire returned, or (a grant of
+	// what the head had collected, made and handed back at once) the head
+	// left the queue without its grant. It returns the free units then,
+	// avail being those without the n, brought up to date at now by Fill:
+	// avail + n when every unit is worth as much as when it was granted;
+	// less when the source cannot hold them all (a bucket keeps at most its
+	// burst).
+	Return(now time.Time, avail, n, mark int64) int64
 }
 
 // A Settler is a Source that can keep its state, and the queue's free
@@ -233,7 +240,7 @@ func (q *Queue) tryLocked(now time.Time, n int64) (mark int64, ok bool, err erro
 	}
 	q.avail -= n
 	if q.src != nil {
-		mark = q.src.Take(n)
+		mark = q.src.Take(now, n)
 	}
 	return mark, true, nil
 }
@@ -343,15 +350,16 @@ func (q *Queue) serveLocked(now time.Time) {
 		q.queue.Remove(wt)
 		q.avail -= wt.n
 		if q.src != nil {
-			wt.mark = q.src.Take(wt.n)
+			wt.mark = q.src.Take(now, wt.n)
 		}
 		wt.granted = true
 		if !wt.w.Wake() {
 			// Its cancellation won the race and its OnCancel is on the way
 			// (it will find the waiter out of the queue): the units were
-			// never handed over, so they stay for the next.
+			// never handed over, so they come back for the next, as far as
+			// the Source takes them back.
 			wt.granted = false
-			q.giveBack(wt)
+			q.giveBack(now, wt)
 		}
 	}
 	if q.src == nil {
@@ -369,12 +377,36 @@ func (q *Queue) serveLocked(now time.Time) {
 	q.settleLocked(now)
 }
 
-// giveBack returns a grant's units to the free count. q.mu is held.
-func (q *Queue) giveBack(wt *waiter) {
-	if q.src != nil {
-		q.avail += q.src.Return(wt.n, wt.mark)
-	} else {
+// giveBack returns a grant's units to the free count, as far as the Source
+// takes them back. q.mu is held.
+func (q *Queue) giveBack(now time.Time, wt *waiter) {
+	if q.src == nil {
 		q.avail += wt.n
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
+	q.avail = q.src.Return(now, q.avail, wt.n, wt.mark)
+}
+
+// leaveLocked is called when the head leaves the queue without its grant
+// (its ctx ended, its fiber was stopped, or the queue closed): every free
+// unit is one it had collected. They come back as a grant of them, made
+// and handed back at now, so that the Source decides what they are worth
+// as it does for any hand-back.
+//
+// Why not leave them free for the next waiter as they are: a head may
+// collect more than a Source can hold (a bucket's head of n > burst holds
+// up to n − 1 tokens), and handing all of that on at once would grant the
+// callers behind it more than the Source allows in that instant. q.mu is
+// held.
+func (q *Queue) leaveLocked(now time.Time) {
+	if q.src == nil {
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, true) // its collection, up to now
+	if q.avail > 0 {
+		mark := q.src.Take(now, q.avail)
+		q.avail = q.src.Return(now, 0, q.avail, mark)
 	}
 }
 
@@ -384,7 +416,7 @@ func (q *Queue) handBack(wt *waiter) {
 	now := q.now()
 	q.mu.Lock()
 	wt.granted = false
-	q.giveBack(wt)
+	q.giveBack(now, wt)
 	q.serveLocked(now)
 	q.mu.Unlock()
 }
@@ -415,17 +447,22 @@ func (q *Queue) abandon(wt *waiter) {
 	defer q.mu.Unlock()
 	switch {
 	case wt.Queued():
+		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
+		if wasHead {
+			q.leaveLocked(now)
+		}
 	case wt.granted:
 		wt.granted = false
-		q.giveBack(wt)
+		q.giveBack(now, wt)
 	}
 	q.serveLocked(now)
 }
 
 // cancel is every waiter's OnCancel: it runs when the caller's context wins
 // over a grant, before the caller resumes, and takes the waiter out of the
-// queue. Its leaving may let the waiters behind it go.
+// queue. Its leaving may let the waiters behind it go: a head leaves what
+// it had collected (see leaveLocked).
 func (wt *waiter) cancel() {
 	q := wt.q
 	now := q.now()
@@ -434,6 +471,7 @@ func (wt *waiter) cancel() {
 		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
 		if wasHead {
+			q.leaveLocked(now)
 			q.serveLocked(now)
 		}
 	}
@@ -454,6 +492,9 @@ func (q *Queue) Close(err error) bool {
 		// The Settler's state comes under the lock for good, up to date:
 		// the units the queue keeps are those of the Close instant.
 		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
+	if q.queue.Front() != nil {
+		q.leaveLocked(now) // the head leaves with the rest, its collection as any leaver's
 	}
 	q.closed = err
 	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {
