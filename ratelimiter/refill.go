@@ -81,7 +81,7 @@ func (a amount) minus(c amount) amount {
 	return a
 }
 
-func (a amount) positive() bool   { return a.whole > 0 || a.whole == 0 && a.frac > 0 }
+func (a amount) positive() bool  { return a.whole > 0 || a.whole == 0 && a.frac > 0 }
 func (a amount) tokens() float64 { return float64(a.whole) + float64(a.frac)/nanoScale }
 
 // accrued returns the whole tokens accrued d after base, and the fraction of
