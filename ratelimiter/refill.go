@@ -53,7 +53,7 @@ type bucket struct {
 	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
-	rateAt   int64     // ns after epoch of the last SetRate (see Return)
+	setAt    int64     // ns after epoch of the last SetRate or SetBurst (see Return)
 	dropped  amount    // tokens the bucket could not hold, exactly (see Return)
 }
 
@@ -223,59 +223,70 @@ func (b *bucket) Take(now time.Time, _ int64) int64 { return int64(now.Sub(b.epo
 // Return takes back n tokens of a grant made at mark (ns after epoch): a
 // grant whose caller's ctx ended before Acquire returned, or what a head
 // had collected when it left the queue without its grant (made and handed
-// back at once). avail is the bucket's whole tokens without them, credited
-// up to now. What the bucket cannot hold is dropped and counted:
+// back at once, see semaphore's leaveLocked). avail is the bucket's whole
+// tokens without them, credited up to now. Call L the bucket's level:
+// avail plus what has accrued since the last credit. The hand-back rule:
 //
-//   - of a grant of n, at most burst come back, less what has accrued
-//     since it was made, d·rate for a grant d ago (all of it if SetRate
-//     changed the rate meanwhile);
-//   - they go in only as far as the level (avail and the accrued fraction
-//     of the next token) stays within max(burst, the level without them);
-//     a level at the cap drops the fraction too, and accrual starts over
-//     from now, as for a full bucket.
+//   - of a grant of n, at most burst is worth anything; handed back d
+//     after it was made, less d·rate, what the bucket has accrued
+//     meanwhile (and nothing if SetRate or SetBurst came in between);
+//   - that worth goes in only as far as L stays within max(burst, L
+//     before it); at the cap the accrued fraction goes too, and accrual
+//     starts over from now, as for a full bucket.
 //
-// Why this keeps the bound, tokens granted to calls of n ≤ burst within
-// [s, e] ≤ burst + ∫rate over [s, e] (with a burst that changes, the
-// largest in force in [s, e]), on a clock whose timers fire at their
-// instant: the bound holds for a virtual bucket W that refills at rate up
-// to burst and pays for every such grant, so it is enough that the real
-// level L never pays for one that W could not, that is: L ≤ W whenever a
-// call of n ≤ burst is at the head or nobody waits (then L ≤ burst too,
-// or it would have been granted). A head of n > burst lets L rise past
-// burst while W stops there, and no call of n ≤ burst is granted
-// meanwhile: FIFO, no barging.
-//   - A leaver's collection is all of L: capped at burst, L is at most W
-//     again (W is burst, or L never passed it).
-//   - A grant made at t1 and handed back at t2 lowered L and not W by h,
-//     or by burst − L after it for a head of n > burst (L was at burst
-//     or more, and W at burst): min(h, burst) − L', L' < 1 token that
-//     timers on time leave. From then to t2 the gap W − L shrinks only
-//     while W is full, at most at the rate, by ∫rate over [t1, t2]: what
-//     comes back is within it. At the same instant (always on fibers and
-//     in a testing/synctest bubble, where the caller resumes before time
-//     moves) nothing has accrued, and the cap at max(burst, L) keeps the
-//     rest.
+// What does not go in is dropped and counted (bucket.dropped), so every
+// token a leaver held is granted later, stays in the bucket, or is
+// counted.
 //
-// Handing the whole collection on instead (what the head of n > burst held
-// went to the callers behind it in one instant) granted them up to n − 1
-// tokens at once. A late timer (real time) credits what accrued meanwhile
-// at once, as x/time/rate's Wait returns late; the bound is then one of
-// the instants the tokens were due.
+// Why, and why it is enough: the bound is that calls of n ≤ burst are
+// granted at most B + ∫rate tokens in any window [s, e], B the largest
+// burst in force in it (at the instant of a SetBurst, the one before it
+// too), on a clock whose timers fire at their instant (a loop's, a
+// testing/synctest bubble's). Take a virtual bucket V that is full (B) at
+// s, refills at the rate up to B, and pays for every such grant in the
+// window: the bound holds if V never runs short. Let P be the worth of the
+// grants made and not yet handed back (by the rule above, as if handed
+// back now: it shrinks at the rate, as L grows).
+//
+//   - L + P ≤ burst (at the instant of a change, the larger one) while
+//     P > 0, or the head asks n ≤ burst, or nobody waits. A grant of
+//     h ≤ burst moves h from L to P; while P > 0, L gains what P loses; a
+//     later change of rate or burst empties P; a hand-back adds to L at
+//     most its worth, which leaves P; a leaver's collection is capped at
+//     burst. Only a head of n > burst takes L past burst, and with P = 0;
+//     no call of n ≤ burst is granted meanwhile (FIFO, no barging); it is
+//     granted all at once, leaving under a nanosecond's accrual, or
+//     leaves, capped.
+//   - So min(L + P, B) starts at most B, as V does, grows at most at the
+//     rate, never jumps up (a hand-back moves worth from P to L; a grant
+//     of n > burst handed back is worth burst, and L was at least n), and
+//     falls by exactly n at each grant of n ≤ burst, as V does. Hence
+//     V ≥ min(L + P, B) ≥ L ≥ n at every such grant, to within a
+//     nanosecond's accrual.
+//
+// Handing every collected token on instead let a head of n > burst give
+// the callers behind it up to n − 1 tokens in one instant. On fibers and
+// in a bubble a grant is handed back at its own instant (the caller
+// resumes before time moves), so only the cap applies; on real time, d is
+// the microseconds the caller took to notice its ctx, and a timer fires
+// late by as much: the tokens that accrued meanwhile are granted at once,
+// as x/time/rate's Wait returns late, so the bound is one of the instants
+// the tokens were due.
 func (b *bucket) Return(now time.Time, avail, n, mark int64) int64 {
 	b.hold()
-	back := amount{whole: min(n, b.burst)}
+	worth := amount{whole: min(n, b.burst)}
 	if d := time.Duration(int64(now.Sub(b.epoch)) - mark); d > 0 {
-		if mark < b.rateAt {
-			back = amount{}
+		if mark <= b.setAt {
+			worth = amount{}
 		} else {
 			whole, frac := b.accrued(d)
-			if back = back.minus(amount{whole, frac}); !back.positive() {
-				back = amount{}
+			if worth = worth.minus(amount{whole, frac}); !worth.positive() {
+				worth = amount{}
 			}
 		}
 	}
-	b.drop(amount{whole: n}.minus(back))
-	return b.put(now, avail, back)
+	b.drop(amount{whole: n}.minus(worth))
+	return b.put(now, avail, worth)
 }
 
 // put adds y tokens to a bucket of avail whole tokens credited up to now,
@@ -346,7 +357,7 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 		b.drop(amount{frac: frac - back*nr}) // under a ns of accrual
 	}
 	b.rate, b.nanoRate = rate, nr
-	b.rateAt = int64(now.Sub(b.epoch))
+	b.setAt = int64(now.Sub(b.epoch))
 	b.refast()
 	return nil
 }
@@ -356,7 +367,7 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 // collection stays its own until it leaves).
 func (b *bucket) setBurst(s *semaphore.State, burst int64) error {
 	b.hold()
-	b.burst = burst
+	b.burst, b.setAt = burst, int64(s.Now.Sub(b.epoch))
 	b.refast()
 	if !s.Waiting {
 		s.Avail = b.clip(s.Now, s.Avail)

@@ -1,0 +1,72 @@
+package ratelimiter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/semaphore"
+)
+
+// TestHandBackLaterIsWorthLess: a grant handed back some time after it was
+// made (on real time, the caller noticed its ended ctx microseconds after
+// the grant) is worth less by what the bucket accrued meanwhile, and
+// nothing once SetRate or SetBurst came in between; at its own instant it
+// is worth all of it, up to a full bucket. Rate 10/s, burst 1, every
+// decision under the lock, on a clock moved by hand. Without the decay,
+// a token granted at 0 and handed back at 100 ms would have gone into the
+// bucket beside the token accrued by then: two tokens at one instant with
+// a burst of 1.
+func TestHandBackLaterIsWorthLess(t *testing.T) {
+	c := newStepClock()
+	l, err := New(context.Background(), 10, 1, WithClock(c))
+	require.NoError(t, err)
+	lockedOnly(l)
+	// grant takes one token the way the queue grants a waiter, and returns
+	// the grant's mark; handBack gives it back the way the queue does.
+	grant := func() (mark int64) {
+		l.q.Do(func(s *semaphore.State) {
+			require.Equal(t, int64(1), s.Avail, "a token to grant")
+			s.Avail--
+			mark = l.b.Take(s.Now, 1)
+		})
+		return mark
+	}
+	handBack := func(mark int64) {
+		l.q.Do(func(s *semaphore.State) { s.Avail = l.b.Return(s.Now, s.Avail, 1, mark) })
+	}
+
+	at0 := grant()
+	c.Add(100 * time.Millisecond)
+	require.True(t, l.TryAcquire(1), "the token accrued by 100 ms")
+	handBack(at0) // 100 ms late: worth 1 − 1
+	assert.False(t, l.TryAcquire(1), "a second token at 100 ms")
+	assert.InDelta(t, 1, l.dropped(), 1e-9)
+
+	c.Add(100 * time.Millisecond)
+	at200 := grant()
+	c.Add(50 * time.Millisecond)
+	handBack(at200) // 50 ms late: worth 0.5, and 0.5 has accrued
+	assert.InDelta(t, 1.0, l.Tokens(), 1e-9)
+	assert.True(t, l.TryAcquire(1), "at 250 ms")
+	assert.InDelta(t, 1.5, l.dropped(), 1e-9)
+
+	c.Add(100 * time.Millisecond)
+	at350 := grant()
+	c.Add(10 * time.Millisecond)
+	require.NoError(t, l.SetRate(10))
+	lockedOnly(l)
+	c.Add(10 * time.Millisecond)
+	handBack(at350) // SetRate came in between: worth nothing
+	assert.InDelta(t, 0.2, l.Tokens(), 1e-9)
+	assert.InDelta(t, 2.5, l.dropped(), 1e-9)
+
+	c.Add(80 * time.Millisecond)
+	at450 := grant()
+	handBack(at450) // at its own instant: all of it
+	assert.InDelta(t, 1.0, l.Tokens(), 1e-9)
+	assert.InDelta(t, 2.5, l.dropped(), 1e-9)
+}
