@@ -151,3 +151,20 @@ func TestCancelledBigWaiterSynctest(t *testing.T) {
 		assert.InDelta(t, 1.5, ratelimiter.Dropped(l), 1e-9)
 	})
 }
+
+// TestStopCapsTheHeadsCollection: a limiter stopped while a head of
+// n > burst holds 2.5 tokens keeps a full bucket of 1 and drops the rest,
+// so what it held is accounted for: 1 in the bucket, 1.5 dropped.
+func TestStopCapsTheHeadsCollection(t *testing.T) {
+	run(t, func(ctx context.Context) error {
+		l := newLimiter(t, ctx, bigRate, bigBurst)
+		require.True(t, l.TryAcquire(1))
+		a := sched.Go(ctx, func(ctx context.Context) error { return l.Acquire(ctx, 3) })
+		require.NoError(t, sched.Sleep(ctx, bigCancel))
+		require.True(t, l.Stop())
+		require.ErrorIs(t, a.Wait(ctx), ratelimiter.ErrStopped)
+		assert.Equal(t, 1.0, l.Tokens())
+		assert.InDelta(t, 1.5, ratelimiter.Dropped(l), 1e-9)
+		return nil
+	})
+}
