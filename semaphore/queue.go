@@ -156,7 +156,9 @@ func (q *Queue) now() time.Time {
 // holding all n units, or an error holding none:
 //   - ctx.Err() when ctx is done before Acquire returns: a ctx already done
 //     fails at once even when units are free, and a grant that raced with
-//     the end of ctx is handed back, to the next waiter first;
+//     the end of ctx is handed back, to the next waiter first, as far as
+//     the Source takes it back (Return; a head that leaves hands back what
+//     it had collected the same way);
 //   - an error matching context.DeadlineExceeded, at once, when the Source
 //     says the units cannot be there before ctx's deadline;
 //   - the Close error once the queue is closed.
@@ -426,7 +428,8 @@ func (q *Queue) handBack(wt *waiter) {
 // panic in another fiber, a daemon that ignored its cancellation), a wait
 // still pending ends through OnCancel, but a grant made just before the
 // stop was never seen by the caller; abandon takes the waiter out of the
-// queue if it is still there and gives such a grant back, so nothing is lost.
+// queue if it is still there (a head leaves its collection, as on cancel)
+// and gives such a grant back, so nothing is lost that the Source keeps.
 func (q *Queue) wait(ctx context.Context, wt *waiter) error {
 	returned := false
 	defer func() {
