@@ -94,18 +94,25 @@ func (h settings) maxBurst(s, e time.Duration) (burst int, rate float64) {
 // a TryAcquire, and stops the limiter at a random instant between 1 and
 // 2.5 s. Checks:
 //
-//   - the bound: for every two grants i ≤ j of calls of n ≤ burst (the
-//     burst in force at the grant), the tokens of such grants in
+//   - the bound: call a grant small when its n is at most the burst in
+//     force at its instant (at the instant of a SetBurst, at most both the
+//     old and the new one, since the grant may have come on either side).
+//     For every two small grants i ≤ j, the tokens of the small grants in
 //     [t_i, t_j] are at most B + ∫ rate over [t_i, t_j] + 2 ns at the
-//     highest rate, where B is the largest burst in force at any instant of
-//     the window and the integral takes each rate for the part of the
-//     window it was in force (2 ns: a token due between two nanoseconds is
-//     credited at the later one, at either end of the window);
-//   - no token lost: every token granted, plus every token the bucket
-//     dropped (what came back from a waiter that left, or a grant handed
-//     back, beyond the burst), plus the tokens in the bucket when the last
+//     highest rate in force, where B is the largest burst in force at any
+//     instant of [t_i, t_j] (the one just before a change at t_i
+//     included), and the integral is Σ rate_k·|[t_i, t_j] ∩ span_k| over
+//     the spans in which each rate was in force (2 ns: a token due between
+//     two nanoseconds is credited at the later one, at either end). Windows
+//     between grants are the tightest: shrinking a window to its first and
+//     last small grant keeps its count and lowers its allowance;
+//   - no token lost: every token granted (to any n), plus every token the
+//     bucket dropped (what came back from a waiter that left, a grant
+//     handed back, or a SetBurst that shrank a bucket holding more, beyond
+//     what the bucket holds), plus the tokens in the bucket when the last
 //     worker returned, equal the starting burst plus every token accrued,
-//     ∫ rate over [0, stop];
+//     ∫ rate over [0, stop], to 1e-6 (setRate keeps the fraction to the
+//     ns; the bucket counts the rest as dropped);
 //   - every failed Acquire returns its context's error, the error matching
 //     context.DeadlineExceeded at once when it cannot be served before its
 //     deadline, or ErrStopped; nobody waits after Stop.
