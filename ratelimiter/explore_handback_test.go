@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -127,7 +126,7 @@ func exploreHandBack(t *testing.T, seed uint64) {
 	}
 	var (
 		grants   []grant
-		cancels  []context.CancelFunc
+		cancels  [5]context.CancelFunc // each worker's pending Acquire, if cancellable
 		failures []string
 		tokens   float64
 		dropped  float64
@@ -140,7 +139,7 @@ func exploreHandBack(t *testing.T, seed uint64) {
 			return err
 		}
 		var workers []*sched.Fiber
-		for w := range 5 {
+		for w := range cancels {
 			workers = append(workers, sched.Go(ctx, func(ctx context.Context) error {
 				for op := 0; ; op++ {
 					n := 1 + rng.IntN(l.Burst()+2)
@@ -148,7 +147,7 @@ func exploreHandBack(t *testing.T, seed uint64) {
 					switch rng.IntN(3) {
 					case 1:
 						cctx, cancel = context.WithCancel(ctx)
-						cancels = append(cancels, cancel)
+						cancels[w] = cancel
 					case 2:
 						cctx, cancel = sched.WithTimeout(ctx, time.Duration(rng.IntN(600))*time.Millisecond)
 					}
@@ -156,6 +155,7 @@ func exploreHandBack(t *testing.T, seed uint64) {
 					ctxErr := cctx.Err()
 					_, hasDeadline := cctx.Deadline()
 					cancel()
+					cancels[w] = nil
 					switch {
 					case err == nil:
 						grants = append(grants, grant{since(ctx), n})
@@ -170,7 +170,40 @@ func exploreHandBack(t *testing.T, seed uint64) {
 				}
 			}))
 		}
-		control := sched.Go(ctx, func(ctx context.Context) error {
+		act := func(ctx context.Context) error {
+			switch rng.IntN(5) {
+			case 0, 1:
+				var pending []int
+				for w, c := range cancels {
+					if c != nil {
+						pending = append(pending, w)
+					}
+				}
+				if len(pending) > 0 {
+					w := pending[rng.IntN(len(pending))]
+					cancels[w]()
+					cancels[w] = nil
+				}
+			case 2:
+				r := rates[rng.IntN(len(rates))]
+				if err := l.SetRate(r); err != nil {
+					return err
+				}
+				hist = append(hist, setting{since(ctx), r, l.Burst()})
+			case 3:
+				b := 1 + rng.IntN(4)
+				if err := l.SetBurst(b); err != nil {
+					return err
+				}
+				hist = append(hist, setting{since(ctx), l.Rate(), b})
+			case 4:
+				if l.TryAcquire(1) {
+					grants = append(grants, grant{since(ctx), 1})
+				}
+			}
+			return nil
+		}
+		controller := sched.Go(ctx, func(ctx context.Context) error {
 			for {
 				d := time.Duration(1+rng.IntN(300)) * time.Millisecond
 				if since(ctx)+d >= stop {
@@ -183,33 +216,18 @@ func exploreHandBack(t *testing.T, seed uint64) {
 				if err := sched.Sleep(ctx, d); err != nil {
 					return err
 				}
-				switch rng.IntN(5) {
-				case 0, 1:
-					if len(cancels) > 0 {
-						i := rng.IntN(len(cancels))
-						cancels[i]()
-						cancels = slices.Delete(cancels, i, i+1)
-					}
-				case 2:
-					r := rates[rng.IntN(len(rates))]
-					if err := l.SetRate(r); err != nil {
+				// Up to three actions in one turn: the cancel of a head
+				// grants the calls behind it at once, and a second cancel
+				// in the same turn can reach one of them granted and not
+				// yet resumed (its Acquire then hands the grant back).
+				for range 1 + rng.IntN(3) {
+					if err := act(ctx); err != nil {
 						return err
-					}
-					hist = append(hist, setting{since(ctx), r, l.Burst()})
-				case 3:
-					b := 1 + rng.IntN(4)
-					if err := l.SetBurst(b); err != nil {
-						return err
-					}
-					hist = append(hist, setting{since(ctx), l.Rate(), b})
-				case 4:
-					if l.TryAcquire(1) {
-						grants = append(grants, grant{since(ctx), 1})
 					}
 				}
 			}
 		})
-		if err := control.Wait(ctx); err != nil {
+		if err := controller.Wait(ctx); err != nil {
 			return err
 		}
 		for _, w := range workers {
