@@ -27,17 +27,17 @@ func TestHandBackLaterIsWorthLess(t *testing.T) {
 	require.NoError(t, err)
 	lockedOnly(l)
 	// grant takes one token the way the queue grants a waiter, and returns
-	// the grant's mark; handBack gives it back the way the queue does.
-	grant := func() (mark int64) {
+	// the grant's instant; handBack gives it back the way the queue does.
+	grant := func() (at time.Time) {
 		l.q.Do(func(s *semaphore.State) {
 			require.GreaterOrEqual(t, s.Avail, int64(1), "a token to grant")
-			s.Avail--
-			mark = l.b.Take(s.Now, 1)
+			s.Avail -= 1 + l.b.Take(1)
+			at = s.Now
 		})
-		return mark
+		return at
 	}
-	handBack := func(mark int64) {
-		l.q.Do(func(s *semaphore.State) { s.Avail = l.b.Return(s.Now, s.Avail, 1, mark) })
+	handBack := func(at time.Time) {
+		l.q.Do(func(s *semaphore.State) { s.Avail = l.b.Return(s.Now, at, s.Avail, 1, 0) })
 	}
 
 	at0 := grant()

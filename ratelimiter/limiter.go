@@ -215,7 +215,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		s.alarm = alarm
 		l.src = s
 	} else {
-		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst), setAt: math.MinInt64}
+		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst)}
 		// Real time outside any synctest bubble (no loop, no WithClock):
 		// read the monotonic clock alone, from an origin read just before
 		// the epoch (see Now).

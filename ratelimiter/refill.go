@@ -53,7 +53,7 @@ type bucket struct {
 	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
-	setAt    int64     // ns after epoch of the last SetRate or SetBurst (see Return)
+	setAt    time.Time // the last SetRate or SetBurst (see Return)
 	dropped  amount    // tokens the bucket could not hold, exactly (see Return)
 }
 
@@ -216,14 +216,12 @@ func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
 	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
 }
 
-// Take marks a grant with its instant, in ns after epoch: a grant handed
-// back later is worth less by what accrued meanwhile (see Return).
-func (b *bucket) Take(now time.Time, _ int64) int64 { return int64(now.Sub(b.epoch)) }
+func (b *bucket) Take(int64) int64 { return 0 }
 
-// Return takes back n tokens of a grant made at mark (ns after epoch): a
-// grant whose caller's ctx ended before Acquire returned, or what a head
-// had collected when it left the queue without its grant (made and handed
-// back at once, see semaphore's leaveLocked). avail is the bucket's whole
+// Return takes back n tokens of a grant made at granted: a grant whose
+// caller's ctx ended before Acquire returned, or what a head had collected
+// when it left the queue without its grant (made and handed back at once,
+// see semaphore's leaveLocked). avail is the bucket's whole
 // tokens without them, credited up to now. Call L the bucket's level:
 // avail plus what has accrued since the last credit. The hand-back rule:
 //
@@ -272,11 +270,11 @@ func (b *bucket) Take(now time.Time, _ int64) int64 { return int64(now.Sub(b.epo
 // late by as much: the tokens that accrued meanwhile are granted at once,
 // as x/time/rate's Wait returns late, so the bound is one of the instants
 // the tokens were due.
-func (b *bucket) Return(now time.Time, avail, n, mark int64) int64 {
+func (b *bucket) Return(now, granted time.Time, avail, n, _ int64) int64 {
 	b.hold()
 	worth := amount{whole: min(n, b.burst)}
-	if d := time.Duration(int64(now.Sub(b.epoch)) - mark); d > 0 {
-		if mark <= b.setAt {
+	if d := now.Sub(granted); d > 0 {
+		if !granted.After(b.setAt) {
 			worth = amount{}
 		} else {
 			whole, frac := b.accrued(d)
@@ -357,7 +355,7 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 		b.drop(amount{frac: frac - back*nr}) // under a ns of accrual
 	}
 	b.rate, b.nanoRate = rate, nr
-	b.setAt = int64(now.Sub(b.epoch))
+	b.setAt = now
 	b.refast()
 	return nil
 }
@@ -367,7 +365,7 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 // collection stays its own until it leaves).
 func (b *bucket) setBurst(s *semaphore.State, burst int64) error {
 	b.hold()
-	b.burst, b.setAt = burst, int64(s.Now.Sub(b.epoch))
+	b.burst, b.setAt = burst, s.Now
 	b.refast()
 	if !s.Waiting {
 		s.Avail = b.clip(s.Now, s.Avail)

@@ -102,8 +102,8 @@ func (s *shared) Until(_ time.Time, avail, n int64) time.Duration {
 	return -1
 }
 
-func (s *shared) Take(time.Time, int64) int64                 { return 0 }
-func (s *shared) Return(_ time.Time, avail, n, _ int64) int64 { return avail + n }
+func (s *shared) Take(int64) int64                               { return 0 }
+func (s *shared) Return(_, _ time.Time, avail, n, _ int64) int64 { return avail + n }
 
 func (s *shared) check(n int) error {
 	if int64(n) > s.burst {

@@ -27,13 +27,13 @@ type capSource struct {
 func (s *capSource) Now() time.Time                              { return time.Time{} }
 func (s *capSource) Demand(time.Time, int64)                     {}
 func (s *capSource) Until(time.Time, int64, int64) time.Duration { return 0 }
-func (s *capSource) Take(time.Time, int64) int64                 { return 0 }
+func (s *capSource) Take(int64) int64                            { return 0 }
 func (s *capSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 {
 	avail, s.pending = avail+s.pending, 0
 	return avail
 }
 
-func (s *capSource) Return(_ time.Time, avail, n, _ int64) int64 {
+func (s *capSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
 	k := max(0, min(n, s.limit-avail))
 	s.returned, s.kept = s.returned+n, s.kept+k
 	return avail + k

@@ -63,19 +63,19 @@ type Source interface {
 	// that is past ctx's deadline; a Source whose waits should last until
 	// the deadline whatever happens returns 0.
 	Until(now time.Time, avail, n int64) time.Duration
-	// Take is told of a grant of n units at now and returns a mark that
-	// Acquire reports to its caller (a ticker's boundary, a bucket's grant
-	// instant).
-	Take(now time.Time, n int64) (mark int64)
-	// Return is told that n units of a grant with that mark came back at
-	// now: its caller's ctx ended before Acquire returned, or (a grant of
-	// what the head had collected, made and handed back at once) the head
-	// left the queue without its grant. It returns the free units then,
-	// avail being those without the n, brought up to date at now by Fill:
-	// avail + n when every unit is worth as much as when it was granted;
-	// less when the source cannot hold them all (a bucket keeps at most its
-	// burst).
-	Return(now time.Time, avail, n, mark int64) int64
+	// Take is told of a grant of n units and returns a mark that Acquire
+	// reports to its caller (a ticker's boundary).
+	Take(n int64) (mark int64)
+	// Return is told that n units of a grant with that mark, made at
+	// granted, came back at now: its caller's ctx ended before Acquire
+	// returned, or (a grant of what the head had collected, made and
+	// handed back at once) the head left the queue without its grant. It
+	// returns the free units then, avail being those without the n,
+	// brought up to date at now by Fill: avail + n when every unit is worth
+	// as much as when it was granted; less when the Source cannot hold
+	// them all (a bucket keeps at most its burst, and a grant handed back
+	// later is worth less by what it accrued meanwhile).
+	Return(now, granted time.Time, avail, n, mark int64) int64
 }
 
 // A Settler is a Source that can keep its state, and the queue's free
@@ -131,9 +131,10 @@ type waiter struct {
 	w                   sched.Waiter
 	q                   *Queue
 	n                   int64
-	mark                int64 // the Source's mark of the grant
-	err                 error // set by Close before Wake: the error Acquire returns
-	granted             bool  // woken with its n units; guarded by q.mu
+	mark                int64     // the Source's mark of the grant
+	grantedAt           time.Time // when it was granted (the Source's clock); guarded by q.mu
+	err                 error     // set by Close before Wake: the error Acquire returns
+	granted             bool      // woken with its n units; guarded by q.mu
 }
 
 var waiterPool = sync.Pool{New: func() any {
@@ -242,7 +243,7 @@ func (q *Queue) tryLocked(now time.Time, n int64) (mark int64, ok bool, err erro
 	}
 	q.avail -= n
 	if q.src != nil {
-		mark = q.src.Take(now, n)
+		mark = q.src.Take(n)
 	}
 	return mark, true, nil
 }
@@ -352,9 +353,9 @@ func (q *Queue) serveLocked(now time.Time) {
 		q.queue.Remove(wt)
 		q.avail -= wt.n
 		if q.src != nil {
-			wt.mark = q.src.Take(now, wt.n)
+			wt.mark = q.src.Take(wt.n)
 		}
-		wt.granted = true
+		wt.granted, wt.grantedAt = true, now
 		if !wt.w.Wake() {
 			// Its cancellation won the race and its OnCancel is on the way
 			// (it will find the waiter out of the queue): the units were
@@ -387,7 +388,7 @@ func (q *Queue) giveBack(now time.Time, wt *waiter) {
 		return
 	}
 	q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
-	q.avail = q.src.Return(now, q.avail, wt.n, wt.mark)
+	q.avail = q.src.Return(now, wt.grantedAt, q.avail, wt.n, wt.mark)
 }
 
 // leaveLocked is called when the head leaves the queue without its grant
@@ -407,8 +408,8 @@ func (q *Queue) leaveLocked(now time.Time) {
 	}
 	q.avail = q.src.Fill(now, q.avail, 0, true) // its collection, up to now
 	if q.avail > 0 {
-		mark := q.src.Take(now, q.avail)
-		q.avail = q.src.Return(now, 0, q.avail, mark)
+		mark := q.src.Take(q.avail)
+		q.avail = q.src.Return(now, now, 0, q.avail, mark)
 	}
 }
 

@@ -161,14 +161,14 @@ func (g *grid) Until(time.Time, int64, int64) time.Duration { return 0 }
 
 // Take delivers boundary last; the mark is its offset from origin, which a
 // later Reset does not change.
-func (g *grid) Take(time.Time, int64) int64 {
+func (g *grid) Take(int64) int64 {
 	g.consumed++
 	return int64(g.boundary(g.last).Sub(g.origin))
 }
 
 // Return takes back a boundary: it is the unit again if no newer one has
 // passed (nor a Reset), else it is skipped.
-func (g *grid) Return(_ time.Time, avail, _, mark int64) int64 {
+func (g *grid) Return(_, _ time.Time, avail, _, mark int64) int64 {
 	g.consumed--
 	if g.last > 0 && mark == int64(g.boundary(g.last).Sub(g.origin)) {
 		return avail + 1
