@@ -83,15 +83,14 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 //
 // The bound (of the limiter's own bucket; with Shared, the table's holds
 // for what this process takes from it): over any window [s, e], calls of
-// n ≤ Burst are granted at most Burst + Rate·(e−s) tokens in total,
-// through cancels, timeouts,
-// SetRate (each rate counts for the part of the window it was in force),
-// SetBurst (the largest burst in force in the window counts) and Stop. A
-// call of n > Burst collects its tokens over time and is granted them all
-// at once, so a window that ends at its grant can see up to n − Burst more.
-// The instants are those of the limiter's clock: on real time a refill
-// timer that fires late hands out what accrued meanwhile at once, as
-// x/time/rate's Wait returns late.
+// n ≤ Burst are granted at most Burst + Rate·(e−s) tokens in total, through
+// cancels, timeouts, SetRate (each rate counts for the part of the window
+// it was in force), SetBurst (the largest burst in force in the window
+// counts) and Stop. A call of n > Burst collects its tokens over time and
+// is granted them all at once, so a window that ends at its grant can see
+// up to n − Burst more. The instants are those of the limiter's clock: on
+// real time a refill timer that fires late hands out what accrued
+// meanwhile at once, as x/time/rate's Wait returns late.
 //
 // Tokens that come back are capped: a waiter that leaves without its
 // tokens (its ctx ended, or the limiter stopped), or hands back a grant
