@@ -221,9 +221,9 @@ func (b *bucket) Take(int64) int64 { return 0 }
 // Return takes back n tokens of a grant made at granted: a grant whose
 // caller's ctx ended before Acquire returned, or what a head had collected
 // when it left the queue without its grant (made and handed back at once,
-// see semaphore's leaveLocked). avail is the bucket's whole
-// tokens without them, credited up to now. Call L the bucket's level:
-// avail plus what has accrued since the last credit. The hand-back rule:
+// see semaphore's leaveLocked). avail is the bucket's whole tokens without
+// them, credited up to now. Call L the bucket's level: avail plus what has
+// accrued since the last credit. The hand-back rule:
 //
 //   - of a grant of n, at most burst is worth anything; handed back d
 //     after it was made, less d·rate, what the bucket has accrued
