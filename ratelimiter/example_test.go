@@ -46,7 +46,8 @@ func Example() {
 // context's deadline fails at once, with an error matching
 // context.DeadlineExceeded (as x/time/rate's Wait); one that could, but is
 // overtaken by its deadline, ends at the deadline. Either way the caller
-// holds no token, and whatever the wait had collected goes back.
+// holds no token, and what the wait had collected goes back to the bucket,
+// as far as a full bucket holds it.
 func Example_timeout() {
 	_ = sched.Run(context.Background(), func(ctx context.Context) error {
 		limiter, _ := ratelimiter.New(ctx, 1, 1)

@@ -1,7 +1,7 @@
 // Package ratelimiter is a blocking token bucket: an app-wide speed limit for
 // anything that talks to a rate-limited service. Acquire parks the caller
-// until its tokens are free, in strict FIFO order, honours context timeouts
-// and cancellation, and never loses a token.
+// until its tokens are free, in strict FIFO order, and honours context
+// timeouts and cancellation; its bound holds through them (see Limiter).
 //
 // The context carries the time domain; the clocks that drive a limiter:
 //   - a sched.Run loop's: Acquire parks the calling fiber and the limiter
@@ -15,9 +15,10 @@
 //     Example_synctest), in any number of bubbles per test binary.
 //
 // Acquire is what blocks. A ctx that is done before Acquire returns always
-// wins: Acquire returns ctx.Err() holding nothing, and every token it had
-// collected goes on to the next waiter or back to the bucket. A wait that
-// cannot end before ctx's deadline fails at once.
+// wins: Acquire returns ctx.Err() holding nothing, and the tokens it had
+// collected go back to the bucket, as far as a bucket of Burst holds them,
+// and on to the next waiter. A wait that cannot end before ctx's deadline
+// fails at once.
 //
 // A take that finds its tokens there with nobody waiting (TryAcquire, and
 // Acquire with ctx not done) is decided by one clock read and one
@@ -76,12 +77,32 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 //
 // Refills are credited from the clock: every whole token accrued since the
 // last credit, carrying the fraction, and only while the bucket is below
-// Burst (a full bucket gains nothing). Over any window of time, calls of at
-// most Burst tokens are granted at most Rate·window + Burst tokens in total,
-// and a saturated limiter delivers exactly Rate in the long run: the k-th
-// token after the bucket ran dry comes at exactly k/Rate seconds. (A call of
-// n > Burst collects its tokens over time and is granted them all at once,
-// so a window that ends at its grant can see up to n − Burst more.)
+// Burst (a full bucket gains nothing). A saturated limiter delivers exactly
+// Rate in the long run: the k-th token after the bucket ran dry comes at
+// exactly k/Rate seconds.
+//
+// The bound (of the limiter's own bucket; with Shared, the table's holds
+// for what this process takes from it): over any window [s, e], calls of
+// n ≤ Burst are granted at most Burst + Rate·(e−s) tokens in total, through
+// cancels, timeouts, SetRate (each rate counts for the part of the window
+// it was in force), SetBurst (the largest burst in force in the window
+// counts) and Stop. A call of n > Burst collects its tokens over time and
+// is granted them all at once, so a window that ends at its grant can see
+// up to n − Burst more. The instants are those of the limiter's clock: on
+// real time a refill timer that fires late hands out what accrued
+// meanwhile at once, as x/time/rate's Wait returns late.
+//
+// Tokens that come back are capped: a waiter that leaves without its
+// tokens (its ctx ended, or the limiter stopped), or hands back a grant
+// because its ctx ended before Acquire returned, puts what it held back in
+// the bucket only as far as the bucket holds it, Burst counting the
+// accrued fraction of the next token, and the rest is dropped, as
+// x/time/rate caps what a cancelled reservation restores. (A head of
+// n > Burst may hold up to n − 1 tokens; a grant handed back after time
+// has passed is worth less by what the bucket accrued meanwhile.) Handing
+// all of it to the waiters behind would grant them that many in one
+// instant. Nothing else is lost: every token a leaver held is granted
+// later, stays in the bucket, or goes to that cap.
 //
 // A timer (on the limiter's clock) is armed only while someone waits: an idle
 // limiter, or one whose bucket is full, arms nothing, holds no goroutine and
@@ -110,7 +131,7 @@ type tokenSource interface {
 	check(n int) error // a request no wait can satisfy
 	params() (rate float64, burst int64)
 	setRate(now time.Time, rate float64) error
-	setBurst(now time.Time, burst int64) error
+	setBurst(s *semaphore.State, burst int64) error
 	tokens(now time.Time, avail int64, waiting bool) float64
 }
 
@@ -226,9 +247,9 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 //
 // It returns nil holding all n, or an error holding none:
 //   - ctx.Err() when ctx is done before Acquire returns (a ctx already done
-//     fails at once, even with tokens in the bucket); every token the call
-//     had collected goes on, to the next waiter first, then to the bucket
-//     (which never holds more than Burst);
+//     fails at once, even with tokens in the bucket); the tokens the call
+//     had collected go back to the bucket as far as it holds them, and
+//     from there to the next waiter (the rest is dropped: see Limiter);
 //   - at once, an error matching context.DeadlineExceeded when the tokens
 //     cannot be there before ctx's deadline even if every waiter ahead gave
 //     up (n minus the tokens there now, at the rate), as x/time/rate's Wait;
@@ -310,11 +331,7 @@ func (l *Limiter) SetBurst(burst int) error {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) {
-		if err = l.src.setBurst(s.Now, int64(burst)); err == nil && !s.Waiting {
-			s.Avail = min(s.Avail, int64(burst))
-		}
-	})
+	l.q.Do(func(s *semaphore.State) { err = l.src.setBurst(s, int64(burst)) })
 	return err
 }
 
@@ -356,6 +373,18 @@ func (l *Limiter) Rate() float64 {
 func (l *Limiter) Burst() int {
 	_, b := l.params()
 	return int(b)
+}
+
+// dropped returns the tokens the bucket could not hold and dropped (see
+// Limiter): 0 with Shared.
+func (l *Limiter) dropped() float64 {
+	var d float64
+	l.q.Do(func(*semaphore.State) {
+		if l.b != nil {
+			d = l.b.dropped.tokens()
+		}
+	})
+	return d
 }
 
 func (l *Limiter) params() (rate float64, burst int64) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/semaphore"
 	"github.com/sluice-go/sluice/ticker"
 )
 
@@ -52,7 +53,36 @@ type bucket struct {
 	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
+	setAt    time.Time // the last SetRate or SetBurst (see Return)
+	dropped  amount    // tokens the bucket could not hold, exactly (see Return)
 }
+
+// An amount is whole + frac/nanoScale tokens, 0 ≤ frac < nanoScale: the
+// exact arithmetic of what comes back to the bucket and what it drops.
+type amount struct {
+	whole int64
+	frac  uint64
+}
+
+func (a amount) plus(c amount) amount {
+	a.whole += c.whole
+	if a.frac += c.frac; a.frac >= nanoScale {
+		a.whole, a.frac = a.whole+1, a.frac-nanoScale
+	}
+	return a
+}
+
+func (a amount) minus(c amount) amount {
+	a.whole -= c.whole
+	if a.frac < c.frac {
+		a.whole, a.frac = a.whole-1, a.frac+nanoScale
+	}
+	a.frac -= c.frac
+	return a
+}
+
+func (a amount) positive() bool  { return a.whole > 0 || a.whole == 0 && a.frac > 0 }
+func (a amount) tokens() float64 { return float64(a.whole) + float64(a.frac)/nanoScale }
 
 // accrued returns the whole tokens accrued d after base, and the fraction of
 // the next one in units of 1/nanoScale.
@@ -133,6 +163,12 @@ func (b *bucket) Now() time.Time {
 func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
 	b.hold()
 	if !waiting && avail >= b.burst {
+		if avail > b.burst {
+			// Left over from a head of n > burst granted late (a late
+			// timer credits what accrued meanwhile): the bucket keeps
+			// burst, and the rest is dropped.
+			b.drop(amount{whole: avail - b.burst})
+		}
 		b.restart(now) // full: nothing accrues, fraction included
 		return b.burst
 	}
@@ -180,8 +216,128 @@ func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
 	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
 }
 
-func (b *bucket) Take(int64) int64         { return 0 }
-func (b *bucket) Return(n, _ int64) int64  { b.hold(); return n }
+func (b *bucket) Take(int64) int64 { return 0 }
+
+// Return takes back n tokens of a grant made at granted: a grant whose
+// caller's ctx ended before Acquire returned, or what a head had collected
+// when it left the queue without its grant (made and handed back at once,
+// see semaphore's leaveLocked). avail is the bucket's whole tokens without
+// them, credited up to now. Call L the bucket's level: avail plus what has
+// accrued since the last credit. The hand-back rule:
+//
+//   - of a grant of n, at most burst is worth anything; handed back d
+//     after it was made, less d·rate, what the bucket has accrued
+//     meanwhile (and nothing if SetRate or SetBurst came in between);
+//   - that worth goes in only as far as L stays within max(burst, L
+//     before it); at the cap the accrued fraction goes too, and accrual
+//     starts over from now, as for a full bucket.
+//
+// What does not go in is dropped and counted (bucket.dropped), so every
+// token a leaver held is granted later, stays in the bucket, or is
+// counted.
+//
+// Why, and why it is enough: the bound is that calls of n ≤ burst are
+// granted at most B + ∫rate tokens in any window [s, e], B the largest
+// burst in force in it (at the instant of a SetBurst, the one before it
+// too), on a clock whose timers fire at their instant (a loop's, a
+// testing/synctest bubble's). Take a virtual bucket V that is full (B) at
+// s, refills at the rate up to B, and pays for every such grant in the
+// window: the bound holds if V never runs short. Let P be the worth of the
+// grants made and not yet handed back (by the rule above, as if handed
+// back now: it shrinks at the rate, as L grows).
+//
+//   - L + P ≤ burst (at the instant of a change, the larger one) while
+//     P > 0, or the head asks n ≤ burst, or nobody waits. A grant of
+//     h ≤ burst moves h from L to P; while P > 0, L gains what P loses; a
+//     later change of rate or burst empties P; a hand-back adds to L at
+//     most its worth, which leaves P; a leaver's collection is capped at
+//     burst. Only a head of n > burst takes L past burst, and with P = 0;
+//     no call of n ≤ burst is granted meanwhile (FIFO, no barging); it is
+//     granted all at once, leaving under a nanosecond's accrual, or
+//     leaves, capped.
+//   - So min(L + P, B) starts at most B, as V does, grows at most at the
+//     rate, never jumps up (a hand-back moves worth from P to L; a grant
+//     of n > burst handed back is worth burst, and L was at least n), and
+//     falls by exactly n at each grant of n ≤ burst, as V does. Hence
+//     V ≥ min(L + P, B) ≥ L ≥ n at every such grant, to within a
+//     nanosecond's accrual.
+//
+// Handing every collected token on instead let a head of n > burst give
+// the callers behind it up to n − 1 tokens in one instant. On fibers and
+// in a bubble a grant is handed back at its own instant (the caller
+// resumes before time moves), so only the cap applies; on real time, d is
+// the microseconds the caller took to notice its ctx, and a timer fires
+// late by as much: the tokens that accrued meanwhile are granted at once,
+// as x/time/rate's Wait returns late, so the bound is one of the instants
+// the tokens were due.
+func (b *bucket) Return(now, granted time.Time, avail, n, _ int64) int64 {
+	b.hold()
+	worth := amount{whole: min(n, b.burst)}
+	if d := now.Sub(granted); d > 0 {
+		if !granted.After(b.setAt) {
+			worth = amount{}
+		} else {
+			whole, frac := b.accrued(d)
+			if worth = worth.minus(amount{whole, frac}); !worth.positive() {
+				worth = amount{}
+			}
+		}
+	}
+	b.drop(amount{whole: n}.minus(worth))
+	return b.put(now, avail, worth)
+}
+
+// put adds y tokens to a bucket of avail whole tokens credited up to now,
+// as far as its level stays within max(burst, its level before), and
+// drops the rest (see Return). The fraction of y goes to the accrual: base
+// moves back by the time it takes to accrue.
+func (b *bucket) put(now time.Time, avail int64, y amount) int64 {
+	if !y.positive() {
+		return avail
+	}
+	if !(amount{whole: b.burst}).minus(b.level(now, avail)).positive() {
+		// Full already, or past it with a head of n > burst collecting.
+		b.drop(y)
+		return avail
+	}
+	avail += y.whole
+	if y.frac > 0 {
+		back := y.frac / b.nanoRate
+		b.base = b.base.Add(-time.Duration(back))
+		b.drop(amount{frac: y.frac - back*b.nanoRate}) // under a ns of accrual
+	}
+	return b.clip(now, avail)
+}
+
+// level returns the tokens in a bucket of avail whole tokens at now: avail
+// and what has accrued since the last credit. A reading older than the
+// last credit sees avail alone.
+func (b *bucket) level(now time.Time, avail int64) amount {
+	l := amount{whole: avail}
+	if now.After(b.base) {
+		if whole, frac := b.accrued(now.Sub(b.base)); whole >= b.credited {
+			l = l.plus(amount{whole - b.credited, frac})
+		}
+	}
+	return l
+}
+
+// clip keeps the bucket's level at most burst: what is beyond, the
+// accrued fraction included, is dropped, and accrual starts over from now,
+// as for a full bucket. It returns the whole tokens kept.
+func (b *bucket) clip(now time.Time, avail int64) int64 {
+	over := b.level(now, avail).minus(amount{whole: b.burst})
+	if !over.positive() {
+		return avail
+	}
+	b.drop(over)
+	b.restart(now)
+	return b.burst
+}
+
+// drop counts tokens the bucket could not hold.
+func (b *bucket) drop(a amount) { b.dropped = b.dropped.plus(a) }
+
 func (b *bucket) check(int) error          { return nil }
 func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b.burst }
 
@@ -194,18 +350,26 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 	if now.After(b.base) {
 		_, frac := b.accrued(now.Sub(b.base))
 		// frac/nanoScale of a token takes frac/nanoRate' ns at the new rate.
-		back := time.Duration(frac / nr)
-		b.base, b.credited = now.Add(-back), 0
+		back := frac / nr
+		b.base, b.credited = now.Add(-time.Duration(back)), 0
+		b.drop(amount{frac: frac - back*nr}) // under a ns of accrual
 	}
 	b.rate, b.nanoRate = rate, nr
+	b.setAt = now
 	b.refast()
 	return nil
 }
 
-func (b *bucket) setBurst(_ time.Time, burst int64) error {
+// setBurst changes the burst at now. A bucket that holds more than the new
+// burst while nobody waits keeps burst and drops the rest (a head's
+// collection stays its own until it leaves).
+func (b *bucket) setBurst(s *semaphore.State, burst int64) error {
 	b.hold()
-	b.burst = burst
+	b.burst, b.setAt = burst, s.Now
 	b.refast()
+	if !s.Waiting {
+		s.Avail = b.clip(s.Now, s.Avail)
+	}
 	return nil
 }
 

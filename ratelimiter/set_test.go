@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -49,6 +50,7 @@ func TestSetBurst(t *testing.T) {
 		assert.Equal(t, 5.0, l.Tokens())
 		require.NoError(t, l.SetBurst(2))
 		assert.Equal(t, 2.0, l.Tokens())
+		assert.Equal(t, 3.0, ratelimiter.Dropped(l), "the tokens a smaller bucket cannot hold")
 		assert.False(t, l.TryAcquire(3))
 		assert.True(t, l.TryAcquire(2))
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/semaphore"
 	"github.com/sluice-go/sluice/sharedbucket"
 	"github.com/sluice-go/sluice/ticker"
 )
@@ -101,8 +102,8 @@ func (s *shared) Until(_ time.Time, avail, n int64) time.Duration {
 	return -1
 }
 
-func (s *shared) Take(int64) int64        { return 0 }
-func (s *shared) Return(n, _ int64) int64 { return n }
+func (s *shared) Take(int64) int64                               { return 0 }
+func (s *shared) Return(_, _ time.Time, avail, n, _ int64) int64 { return avail + n }
 
 func (s *shared) check(n int) error {
 	if int64(n) > s.burst {
@@ -117,7 +118,7 @@ func (s *shared) setRate(_ time.Time, rate float64) error {
 	return fmt.Errorf("ratelimiter: SetRate(%v): the rate of a Shared limiter is the table's policy (%s)", rate, s.table.Path())
 }
 
-func (s *shared) setBurst(_ time.Time, burst int64) error {
+func (s *shared) setBurst(_ *semaphore.State, burst int64) error {
 	return fmt.Errorf("ratelimiter: SetBurst(%d): the burst of a Shared limiter is the table's policy (%s)", burst, s.table.Path())
 }
 

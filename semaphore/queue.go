@@ -64,11 +64,18 @@ type Source interface {
 	// the deadline whatever happens returns 0.
 	Until(now time.Time, avail, n int64) time.Duration
 	// Take is told of a grant of n units and returns a mark that Acquire
-	// reports to its caller (a ticker's boundary). Return is told that a
-	// grant with that mark was handed back, and returns how many of its
-	// units are free again.
+	// reports to its caller (a ticker's boundary).
 	Take(n int64) (mark int64)
-	Return(n, mark int64) int64
+	// Return is told that n units of a grant with that mark, made at
+	// granted, came back at now: its caller's ctx ended before Acquire
+	// returned, or (a grant of what the head had collected, made and
+	// handed back at once) the head left the queue without its grant. It
+	// returns the free units then, avail being those without the n,
+	// brought up to date at now by Fill: avail + n when every unit is worth
+	// as much as when it was granted; less when the Source cannot hold
+	// them all (a bucket keeps at most its burst, and a grant handed back
+	// later is worth less by what it accrued meanwhile).
+	Return(now, granted time.Time, avail, n, mark int64) int64
 }
 
 // A Settler is a Source that can keep its state, and the queue's free
@@ -124,9 +131,10 @@ type waiter struct {
 	w                   sched.Waiter
 	q                   *Queue
 	n                   int64
-	mark                int64 // the Source's mark of the grant
-	err                 error // set by Close before Wake: the error Acquire returns
-	granted             bool  // woken with its n units; guarded by q.mu
+	mark                int64     // the Source's mark of the grant
+	grantedAt           time.Time // when it was granted (the Source's clock); guarded by q.mu
+	err                 error     // set by Close before Wake: the error Acquire returns
+	granted             bool      // woken with its n units; guarded by q.mu
 }
 
 var waiterPool = sync.Pool{New: func() any {
@@ -149,7 +157,9 @@ func (q *Queue) now() time.Time {
 // holding all n units, or an error holding none:
 //   - ctx.Err() when ctx is done before Acquire returns: a ctx already done
 //     fails at once even when units are free, and a grant that raced with
-//     the end of ctx is handed back, to the next waiter first;
+//     the end of ctx is handed back, to the next waiter first, as far as
+//     the Source takes it back (Return; a head that leaves hands back what
+//     it had collected the same way);
 //   - an error matching context.DeadlineExceeded, at once, when the Source
 //     says the units cannot be there before ctx's deadline;
 //   - the Close error once the queue is closed.
@@ -345,13 +355,14 @@ func (q *Queue) serveLocked(now time.Time) {
 		if q.src != nil {
 			wt.mark = q.src.Take(wt.n)
 		}
-		wt.granted = true
+		wt.granted, wt.grantedAt = true, now
 		if !wt.w.Wake() {
 			// Its cancellation won the race and its OnCancel is on the way
 			// (it will find the waiter out of the queue): the units were
-			// never handed over, so they stay for the next.
+			// never handed over, so they come back for the next, as far as
+			// the Source takes them back.
 			wt.granted = false
-			q.giveBack(wt)
+			q.giveBack(now, wt)
 		}
 	}
 	if q.src == nil {
@@ -369,12 +380,36 @@ func (q *Queue) serveLocked(now time.Time) {
 	q.settleLocked(now)
 }
 
-// giveBack returns a grant's units to the free count. q.mu is held.
-func (q *Queue) giveBack(wt *waiter) {
-	if q.src != nil {
-		q.avail += q.src.Return(wt.n, wt.mark)
-	} else {
+// giveBack returns a grant's units to the free count, as far as the Source
+// takes them back. q.mu is held.
+func (q *Queue) giveBack(now time.Time, wt *waiter) {
+	if q.src == nil {
 		q.avail += wt.n
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
+	q.avail = q.src.Return(now, wt.grantedAt, q.avail, wt.n, wt.mark)
+}
+
+// leaveLocked is called when the head leaves the queue without its grant
+// (its ctx ended, its fiber was stopped, or the queue closed): every free
+// unit is one it had collected. They come back as a grant of them, made
+// and handed back at now, so that the Source decides what they are worth
+// as it does for any hand-back.
+//
+// Why not leave them free for the next waiter as they are: a head may
+// collect more than a Source can hold (a bucket's head of n > burst holds
+// up to n − 1 tokens), and handing all of that on at once would grant the
+// callers behind it more than the Source allows in that instant. q.mu is
+// held.
+func (q *Queue) leaveLocked(now time.Time) {
+	if q.src == nil {
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, true) // its collection, up to now
+	if q.avail > 0 {
+		mark := q.src.Take(q.avail)
+		q.avail = q.src.Return(now, now, 0, q.avail, mark)
 	}
 }
 
@@ -384,7 +419,7 @@ func (q *Queue) handBack(wt *waiter) {
 	now := q.now()
 	q.mu.Lock()
 	wt.granted = false
-	q.giveBack(wt)
+	q.giveBack(now, wt)
 	q.serveLocked(now)
 	q.mu.Unlock()
 }
@@ -394,7 +429,8 @@ func (q *Queue) handBack(wt *waiter) {
 // panic in another fiber, a daemon that ignored its cancellation), a wait
 // still pending ends through OnCancel, but a grant made just before the
 // stop was never seen by the caller; abandon takes the waiter out of the
-// queue if it is still there and gives such a grant back, so nothing is lost.
+// queue if it is still there (a head leaves its collection, as on cancel)
+// and gives such a grant back, so nothing is lost that the Source keeps.
 func (q *Queue) wait(ctx context.Context, wt *waiter) error {
 	returned := false
 	defer func() {
@@ -415,17 +451,22 @@ func (q *Queue) abandon(wt *waiter) {
 	defer q.mu.Unlock()
 	switch {
 	case wt.Queued():
+		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
+		if wasHead {
+			q.leaveLocked(now)
+		}
 	case wt.granted:
 		wt.granted = false
-		q.giveBack(wt)
+		q.giveBack(now, wt)
 	}
 	q.serveLocked(now)
 }
 
 // cancel is every waiter's OnCancel: it runs when the caller's context wins
 // over a grant, before the caller resumes, and takes the waiter out of the
-// queue. Its leaving may let the waiters behind it go.
+// queue. Its leaving may let the waiters behind it go: a head leaves what
+// it had collected (see leaveLocked).
 func (wt *waiter) cancel() {
 	q := wt.q
 	now := q.now()
@@ -434,6 +475,7 @@ func (wt *waiter) cancel() {
 		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
 		if wasHead {
+			q.leaveLocked(now)
 			q.serveLocked(now)
 		}
 	}
@@ -454,6 +496,9 @@ func (q *Queue) Close(err error) bool {
 		// The Settler's state comes under the lock for good, up to date:
 		// the units the queue keeps are those of the Close instant.
 		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
+	if q.queue.Front() != nil {
+		q.leaveLocked(now) // the head leaves with the rest, its collection as any leaver's
 	}
 	q.closed = err
 	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {

@@ -54,7 +54,7 @@ func (s *wordSource) Now() time.Time                                 { return ti
 func (s *wordSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 { return s.hold(avail) }
 func (s *wordSource) Until(time.Time, int64, int64) time.Duration    { return 0 }
 func (s *wordSource) Take(int64) int64                               { return 0 }
-func (s *wordSource) Return(n, _ int64) int64                        { s.hold(0); return n }
+func (s *wordSource) Return(_, _ time.Time, avail, n, _ int64) int64 { return s.hold(avail) + n }
 
 func (s *wordSource) Demand(_ time.Time, need int64) {
 	s.hold(0)

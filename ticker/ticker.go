@@ -168,13 +168,13 @@ func (g *grid) Take(int64) int64 {
 
 // Return takes back a boundary: it is the unit again if no newer one has
 // passed (nor a Reset), else it is skipped.
-func (g *grid) Return(_, mark int64) int64 {
+func (g *grid) Return(_, _ time.Time, avail, _, mark int64) int64 {
 	g.consumed--
 	if g.last > 0 && mark == int64(g.boundary(g.last).Sub(g.origin)) {
-		return 1
+		return avail + 1
 	}
 	g.skipped++
-	return 0
+	return avail
 }
 
 // Next waits for the next boundary not yet returned and returns it. If
