@@ -365,9 +365,20 @@ func TestRLSReload(t *testing.T) {
 	assert.Contains(t, m, `sluice_config_reloads_total{result="ok"} 1`)
 	assert.Contains(t, m, "sluice_config_rules 3")
 
+	// A fractional requests_per_unit is refused, not truncated (0.9 would
+	// deny everything, 9.99 would be 9); v2 stays in force.
+	for _, rpu := range []string{"0.9", "1.5", "9.99"} {
+		require.NoError(t, os.WriteFile(f.file, []byte("domain: d\ndescriptors:\n  - key: changed\n    rate_limit: {unit: second, requests_per_unit: "+rpu+"}\n"), 0o600))
+		err = f.srv.ReloadRules(f.file)
+		require.Error(t, err, rpu)
+		assert.Contains(t, err.Error(), f.file+`:4: descriptors[0].rate_limit.requests_per_unit: "`+rpu+`" is not a whole number`)
+	}
+	r = f.ask(t, "d", 0, desc("changed", "x"))
+	assert.EqualValues(t, 5, r.Statuses[0].LimitRemaining, "still v2's rule and bucket")
+
 	require.NoError(t, os.Remove(f.file))
 	assert.ErrorIs(t, f.srv.ReloadRules(f.file), os.ErrNotExist)
-	assert.EqualValues(t, 5, f.ask(t, "d", 0, desc("changed", "x")).Statuses[0].LimitRemaining)
+	assert.EqualValues(t, 4, f.ask(t, "d", 0, desc("changed", "x")).Statuses[0].LimitRemaining)
 }
 
 // Reloads racing with decisions: every decision sees one whole rules file.

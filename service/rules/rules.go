@@ -31,6 +31,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -295,12 +296,36 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// MaxFileSize is the largest rules file Load and Parse take, in bytes
+// (8 MiB). A rules file of a few thousand rules is a few hundred KiB; the cap
+// keeps a runaway generator or a wrong path (a log, a core dump) from costing
+// the server seconds of CPU and gigabytes of memory in the parser: the
+// YAML decoder holds a node of about 100 bytes for every scalar.
+const MaxFileSize = 8 << 20
+
+// tooBig is the refusal of a file over MaxFileSize.
+func tooBig(file string) error {
+	return &Error{File: file, Msg: fmt.Sprintf("file is over the %d MiB maximum (%d bytes)", MaxFileSize>>20, MaxFileSize)}
+}
+
 // Load reads and parses the rules file at path. Every error is an *Error
-// naming the file, or wraps the error that kept the file from being read.
+// naming the file, or wraps the error that kept the file from being read. A
+// file over MaxFileSize is refused without reading more than MaxFileSize+1
+// bytes of it.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
+	}
+	defer f.Close()
+	// Why read through a limit rather than trust Stat's size alone: the
+	// file may grow between the two, or be a pipe or device with no size.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooBig(path)
 	}
 	return Parse(path, data)
 }

@@ -3,6 +3,7 @@ package rules_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -270,6 +271,18 @@ func TestParseErrors(t *testing.T) {
 		{"empty domain", "domain: \"\"\n", `f.yaml:1: domain: empty`},
 		{"negative rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "-1" is not a whole number`},
+		{"fractional rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0.9}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "0.9" is not a whole number`},
+		{"fractional rpu 1.5", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1.5\n",
+			`f.yaml:6: descriptors[0].rate_limit.requests_per_unit: "1.5" is not a whole number`},
+		{"fractional rpu 9.99", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 9.99}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "9.99" is not a whole number`},
+		{"rpu over uint32", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4.3e9}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "4.3e9" is not a whole number from 0 to 4294967295`},
+		{"rpu infinite", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .inf}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: ".inf" is not a whole number`},
+		{"rpu string", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "5" is not a whole number`},
 		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.unit: missing`},
 		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
@@ -298,6 +311,41 @@ func TestParseErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// A requests_per_unit written as a float is taken only when it is a whole
+// number; the YAML decoder alone would truncate 0.9 to 0 (deny everything).
+func TestParseWholeNumberSpellings(t *testing.T) {
+	for v, want := range map[string]uint32{"5": 5, "10.0": 10, "1e3": 1000, "0x10": 16, "1_000": 1000, "0": 0, "4294967295": math.MaxUint32} {
+		c, err := rules.Parse("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: "+v+"}\n"))
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c.Rules[0].RequestsPerUnit, v)
+	}
+}
+
+// A file over MaxFileSize is refused before any of it is parsed: by Load
+// without reading past the cap, and by Parse.
+func TestFileSizeCap(t *testing.T) {
+	small := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 3}\n"
+	pad := "# " + strings.Repeat("x", 1021) + "\n" // 1 KiB of comment
+	big := small + strings.Repeat(pad, rules.MaxFileSize/len(pad)+1)
+	require.Greater(t, len(big), rules.MaxFileSize)
+	p := filepath.Join(t.TempDir(), "big.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(big), 0o600))
+	_, err := rules.Load(p)
+	var re *rules.Error
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, p+": file is over the 8 MiB maximum (8388608 bytes)", err.Error())
+	_, err = rules.Parse("big.yaml", []byte(big))
+	require.ErrorAs(t, err, &re)
+	assert.Contains(t, err.Error(), "over the 8 MiB maximum")
+
+	// Just under the cap is parsed.
+	ok := small + strings.Repeat(pad, (rules.MaxFileSize-len(small))/len(pad))
+	require.LessOrEqual(t, len(ok), rules.MaxFileSize)
+	require.NoError(t, os.WriteFile(p, []byte(ok), 0o600))
+	_, err = rules.Load(p)
+	require.NoError(t, err)
 }
 
 func TestLoad(t *testing.T) {
