@@ -133,7 +133,7 @@ func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.Ra
 	asked := e.limited && cost <= uint64(e.p.Burst)
 	if asked {
 		var err error
-		v, err = s.decide(ctx, rules.BucketKey(e.rule, entries), int64(cost), &e.policyEntry, shadow)
+		v, err = s.decide(ctx, rules.BucketKey(rules.RLS, e.rule, entries), int64(cost), &e.policyEntry, shadow)
 		if err != nil {
 			return nil, err
 		}
@@ -177,7 +177,7 @@ func (g *rateLimitService) override(domain string, o *ratelimitv3.RateLimitDescr
 	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
 		return nil, fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
 	}
-	r := &rules.Rule{Domain: domain, Name: "override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit}
+	r := &rules.Rule{Domain: domain, Name: "override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Override: true}
 	e, err := g.s.ruleEntry(r)
 	if err != nil {
 		return nil, err

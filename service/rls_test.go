@@ -297,17 +297,21 @@ func TestRLSInvalidRequests(t *testing.T) {
 	}
 }
 
-// /allow?key=K is the descriptor [("key", K)] in the HTTP domain: both APIs
-// spend from one bucket; keys without a rule keep -rate/-burst.
-func TestRLSHTTPSharesTheBucket(t *testing.T) {
+// /allow?key=K is the descriptor [("key", K)] in the HTTP domain, under that
+// domain's rules, but in a bucket of its own: a gRPC request for the same
+// domain and descriptor spends from another. Keys without a rule keep
+// -rate/-burst.
+func TestRLSHTTPRulesOwnBuckets(t *testing.T) {
 	f := newRLS(t, rlsRules, nil)
 	for range 3 {
 		require.Equal(t, 200, f.get(t, "/allow?key=tenant-a").status)
 	}
 	r := f.ask(t, "http", 0, desc("key", "tenant-a"))
-	assert.EqualValues(t, 1, r.Statuses[0].LimitRemaining)
+	assert.EqualValues(t, 4, r.Statuses[0].LimitRemaining, "gRPC's bucket is full before this request")
+	assert.EqualValues(t, 5, r.Statuses[0].CurrentLimit.RequestsPerUnit, "the same rule")
 	h := f.get(t, "/allow?key=tenant-a")
-	assert.JSONEq(t, `{"allowed":true,"remaining":0,"limit":5,"rate":5}`, h.raw)
+	assert.JSONEq(t, `{"allowed":true,"remaining":1,"limit":5,"rate":5}`, h.raw)
+	require.Equal(t, 200, f.get(t, "/allow?key=tenant-a").status)
 	h = f.get(t, "/allow?key=tenant-a")
 	assert.Equal(t, 429, h.status)
 	assert.Equal(t, `"http.key_tenant-a";q=5;w=1;sluice-burst=5`, h.header.Get("RateLimit-Policy"))

@@ -167,7 +167,7 @@ func (s *Server) allowByRule(w http.ResponseWriter, r *http.Request, a *allowArg
 		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of rule %q (%s:%d): it can never be allowed",
 			a.n, e.p.Burst, rule.Name, rs.cfg.File, rule.Line)
 	default:
-		v, err := s.decide(r.Context(), rules.BucketKey(rule, entries[:]), a.n, &e.policyEntry, shadow)
+		v, err := s.decide(r.Context(), rules.BucketKey(rules.Allow, rule, entries[:]), a.n, &e.policyEntry, shadow)
 		s.answer(w, &e.policyEntry, v, err)
 	}
 	return true

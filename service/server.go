@@ -211,7 +211,7 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	v, err := s.decide(r.Context(), a.key, a.n, e, s.cfg.Shadow)
+	v, err := s.decide(r.Context(), allowKey(a.key), a.n, e, s.cfg.Shadow)
 	s.answer(w, e, v, err)
 }
 
