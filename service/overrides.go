@@ -81,60 +81,81 @@ func (s *Server) initOverrides() {
 	s.cfg.Registry.MustRegister(o.inUse, o.overCap)
 }
 
-// override returns the entry for a descriptor's limit override in domain,
-// admitting the override if there is room; nil (and no error) when the cap
-// is reached. An override that cannot be a policy (an unknown unit, a
-// unit_multiplier) is an error and takes no room.
-func (g *rateLimitService) override(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*ruleEntry, error) {
+// overrideOf is the identity of a limit override; its unit is empty when it
+// is not one a rules file may have (year is refused there too).
+func overrideOf(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) overrideID {
 	unit := rules.Unit(strings.ToLower(o.GetUnit().String()))
-	if unit.Duration() == 0 {
-		return nil, fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY or MONTH", o.GetUnit())
+	if unit.Duration() == 0 || unit == rules.Year {
+		unit = ""
 	}
-	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
-		return nil, fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
-	}
-	id := overrideID{o.GetRequestsPerUnit(), unit}
-	ov := &g.s.overrides
-	if e := (*ov.entries.Load())[id]; e != nil {
-		return e, nil
-	}
-	return g.admit(id)
+	return overrideID{o.GetRequestsPerUnit(), unit}
 }
 
-// admit adds id's entry if there is room.
-func (g *rateLimitService) admit(id overrideID) (*ruleEntry, error) {
-	ov := &g.s.overrides
-	ov.mu.Lock()
-	defer ov.mu.Unlock()
-	old := *ov.entries.Load()
+// rule is the rule an override stands for. Its Domain is left empty: one
+// entry serves every domain, and the decision fills in the request's (see
+// rateLimitService.decide).
+func (id overrideID) rule() *rules.Rule {
+	return &rules.Rule{Name: "override", RequestsPerUnit: id.rpu, Unit: id.unit, Override: true}
+}
+
+// check reports why a limit override cannot be a policy: a unit other than
+// second to month, a unit_multiplier, a limit no store can keep. Its answer
+// never depends on how full the cap is.
+func (o *overrides) check(ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride) error {
+	id := overrideOf(ov)
+	if id.unit == "" {
+		return fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY or MONTH", ov.GetUnit())
+	}
+	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
+		return fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
+	}
+	if (*o.entries.Load())[id] != nil {
+		return nil // admitted, so valid
+	}
+	if p, ok := id.rule().Policy(); ok {
+		return p.Validate()
+	}
+	return nil
+}
+
+// override returns the entry for a checked limit override, admitting it if
+// there is room; nil past the cap.
+func (g *rateLimitService) override(id overrideID) *ruleEntry {
+	o := &g.s.overrides
+	m := *o.entries.Load()
+	if e := m[id]; e != nil {
+		return e
+	}
+	if len(m) >= o.max { // nothing is ever removed: full stays full, no lock needed
+		o.refused(id)
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.entries.Load()
 	if e := old[id]; e != nil {
-		return e, nil
+		return e
 	}
-	if len(old) >= ov.max {
-		ov.refused(id)
-		return nil, nil
+	if len(old) >= o.max {
+		o.refused(id)
+		return nil
 	}
-	// Domain is left empty: one entry serves every domain, and the decision
-	// fills in the request's (see rateLimitService.decide).
-	e, err := g.s.ruleEntry(&rules.Rule{Name: "override", RequestsPerUnit: id.rpu, Unit: id.unit, Override: true})
-	if err != nil {
-		return nil, err
+	// The store's resources for the policy (a table file for the shm
+	// store) open at its first decision; an error there is a store error,
+	// answered per -fail.
+	e, err := g.s.ruleEntry(id.rule())
+	if err != nil { // cannot happen: check validated the policy
+		o.refused(id)
+		return nil
 	}
-	if e.limited {
-		// Open the store's resources for the policy now (a table file for
-		// the shm store), so that an error shows here, once.
-		if err := g.s.prepare(e.p); err != nil {
-			return nil, err
-		}
-	}
-	m := make(map[overrideID]*ruleEntry, len(old)+1)
+	m = make(map[overrideID]*ruleEntry, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
 	m[id] = &e
-	ov.entries.Store(&m)
-	ov.inUse.Set(float64(len(m)))
-	return &e, nil
+	o.entries.Store(&m)
+	o.inUse.Set(float64(len(m)))
+	return &e
 }
 
 // refused counts an override past the cap and logs it, at most once per

@@ -82,24 +82,22 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	// Check every descriptor before deciding any, so that a request refused
+	// for its last descriptor has spent nothing for its first.
+	for i, d := range descs {
+		if err := g.check(i, d); err != nil {
+			return nil, err
+		}
+	}
 	for i, d := range descs {
 		entries := d.GetEntries()
-		if len(entries) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
 		cost := uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() == 0 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
-			}
 			cost = h.GetValue()
 		}
 		var e *ruleEntry
 		if o := d.GetLimit(); o != nil {
-			var err error
-			if e, err = g.override(o); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
-			}
+			e = g.override(overrideOf(o))
 		}
 		if e == nil { // no override, or one past -max-overrides
 			if r := rules.Match(cfg, domain, entries); r != nil {
@@ -119,6 +117,23 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// check refuses descriptor i of a request if it has no entries, a
+// hits_addend of 0, or a limit override that cannot be a policy.
+func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor) error {
+	if len(d.GetEntries()) == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+	}
+	if h := d.GetHitsAddend(); h != nil && h.GetValue() == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
+	}
+	if o := d.GetLimit(); o != nil {
+		if err := g.s.overrides.check(o); err != nil {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
+		}
+	}
+	return nil
 }
 
 // decide answers one descriptor of domain matched to e (nil: no rule).

@@ -285,7 +285,13 @@ func TestRLSInvalidRequests(t *testing.T) {
 	zero.HitsAddend = wrapperspb.UInt64(0)
 	badUnit := desc("a", "b")
 	badUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR}
+	tooFast := desc("a", "b")
+	tooFast.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2e9, Unit: typev3.RateLimitUnit_SECOND}
+	multiplier := desc("a", "b")
+	multiplier.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(2)}
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"override 2e9/s": {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tooFast}},
+		"multiplier":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{multiplier}},
 		"empty domain":   {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
 		"no descriptors": {Domain: "edge"},
 		"no entries":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
@@ -295,6 +301,12 @@ func TestRLSInvalidRequests(t *testing.T) {
 		_, err := f.rls.ShouldRateLimit(context.Background(), req)
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
 	}
+	// A request refused for a later descriptor spends nothing for an
+	// earlier one.
+	_, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("client_ip", "198.51.100.4"), zero}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.EqualValues(t, 9, f.ask(t, "edge", 0, desc("client_ip", "198.51.100.4")).Statuses[0].LimitRemaining)
 }
 
 // /allow?key=K is the descriptor [("key", K)] in the HTTP domain, under that
