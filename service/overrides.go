@@ -49,12 +49,12 @@ func (id overrideID) String() string {
 // a configured limit. Each such answer is counted and, at most once a
 // minute, logged.
 //
-// Lookups take no lock: admitted entries sit in a map that is replaced, never
-// changed, under mu.
+// Lookups take no lock (a sync.Map read); admissions are serialised by mu.
 type overrides struct {
 	max     int
-	entries atomic.Pointer[map[overrideID]*ruleEntry]
-	mu      sync.Mutex // serialises admissions
+	entries sync.Map // overrideID → *ruleEntry; entries are never removed
+	mu      sync.Mutex
+	n       atomic.Int64 // entries; written under mu
 
 	inUse   prometheus.Gauge
 	overCap prometheus.Counter
@@ -69,7 +69,6 @@ func (s *Server) initOverrides() {
 	o := &s.overrides
 	o.max = s.cfg.MaxOverrides
 	o.log = s.log
-	o.entries.Store(&map[overrideID]*ruleEntry{})
 	o.inUse = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_override_policies",
 		Help: "Distinct Envoy limit overrides (requests_per_unit and unit) with buckets; at most -max-overrides.",
@@ -109,7 +108,7 @@ func (o *overrides) check(ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride)
 	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
 		return fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
 	}
-	if (*o.entries.Load())[id] != nil {
+	if _, ok := o.entries.Load(id); ok {
 		return nil // admitted, so valid
 	}
 	if p, ok := id.rule().Policy(); ok {
@@ -122,21 +121,19 @@ func (o *overrides) check(ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride)
 // there is room; nil past the cap.
 func (g *rateLimitService) override(id overrideID) *ruleEntry {
 	o := &g.s.overrides
-	m := *o.entries.Load()
-	if e := m[id]; e != nil {
-		return e
+	if e, ok := o.entries.Load(id); ok {
+		return e.(*ruleEntry)
 	}
-	if len(m) >= o.max { // nothing is ever removed: full stays full, no lock needed
+	if o.n.Load() >= int64(o.max) { // nothing is ever removed: full stays full, no lock needed
 		o.refused(id)
 		return nil
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	old := *o.entries.Load()
-	if e := old[id]; e != nil {
-		return e
+	if e, ok := o.entries.Load(id); ok {
+		return e.(*ruleEntry)
 	}
-	if len(old) >= o.max {
+	if o.n.Load() >= int64(o.max) {
 		o.refused(id)
 		return nil
 	}
@@ -148,13 +145,8 @@ func (g *rateLimitService) override(id overrideID) *ruleEntry {
 		o.refused(id)
 		return nil
 	}
-	m = make(map[overrideID]*ruleEntry, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[id] = &e
-	o.entries.Store(&m)
-	o.inUse.Set(float64(len(m)))
+	o.entries.Store(id, &e)
+	o.inUse.Set(float64(o.n.Add(1)))
 	return &e
 }
 

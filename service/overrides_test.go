@@ -176,3 +176,21 @@ func TestOverridesOff(t *testing.T) {
 	assert.Contains(t, m, "sluice_override_policies 0")
 	assert.Contains(t, m, "sluice_override_over_cap_total 1")
 }
+
+// Racing admissions: exactly the cap's worth of distinct overrides get
+// buckets, and every other new one is counted past the cap.
+func TestOverrideCapConcurrent(t *testing.T) {
+	f := newRLS(t, edgeRules, func(c *service.Config) { c.MaxOverrides = 8 })
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 20 {
+				f.ask(t, "edge", 0, withOverride(desc("user", "u"), uint32(1000+20*g+i)))
+			}
+		})
+	}
+	wg.Wait()
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, "sluice_override_policies 8\n")
+	assert.Contains(t, m, "sluice_override_over_cap_total 312\n")
+}
