@@ -19,9 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/rules"
 	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/redisstore"
 	"github.com/sluice-go/sluice/service/store/shmstore"
 	"github.com/sluice-go/sluice/sharedbucket"
 )
@@ -39,21 +41,47 @@ func tableFiles(t *testing.T, dir string) []string {
 	return files
 }
 
-// 100 distinct limit overrides on the shm store open at most
-// DefaultMaxOverrides table files, whatever the callers send.
-func TestOverrideTablesBounded(t *testing.T) {
-	dir := t.TempDir()
-	st, err := shmstore.Open(dir, sharedbucket.WithSlots(64))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 1, Burst: 1},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	f := &rlsFixture{rls: serveGRPC(t, srv)}
-	for i := range 100 {
-		f.ask(t, "edge", 0, withOverride(desc("remote_address", "198.51.100.7"), uint32(1001+i)))
+// 100 distinct limit overrides (1001 a day, 1002 a day, …) hold the buckets
+// of at most DefaultMaxOverrides on every store: keys on the memory and
+// Redis stores, table files on the shm store.
+func TestOverrideBucketsBounded(t *testing.T) {
+	for _, name := range []string{"memory", "shm", "redis"} {
+		t.Run(name, func(t *testing.T) {
+			var st store.Store
+			var count func() int
+			switch name {
+			case "memory":
+				st = store.NewMemory()
+			case "shm":
+				dir := t.TempDir()
+				sh, err := shmstore.Open(dir, sharedbucket.WithSlots(64))
+				require.NoError(t, err)
+				st, count = sh, func() int { return len(tableFiles(t, dir)) }
+			case "redis":
+				rs, err := redisstore.Open(redistest.Start(t).URL())
+				require.NoError(t, err)
+				st = rs
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			if count == nil {
+				count = func() int {
+					n, err := st.Keys(context.Background())
+					require.NoError(t, err)
+					return int(n)
+				}
+			}
+			srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 1, Burst: 1},
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			require.NoError(t, err)
+			f := &rlsFixture{rls: serveGRPC(t, srv)}
+			for i := range 100 {
+				d := desc("remote_address", "198.51.100.7")
+				d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(1001 + i), Unit: typev3.RateLimitUnit_DAY}
+				f.ask(t, "edge", 0, d)
+			}
+			assert.Equal(t, 64, count(), "buckets (shm: table files)")
+		})
 	}
-	assert.Equal(t, 64, len(tableFiles(t, dir)), "table files")
 }
 
 // rlsDirect returns srv's ShouldRateLimit as a plain call (no network), for
