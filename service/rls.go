@@ -2,9 +2,7 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -44,7 +42,10 @@ import (
 // the store fails, a descriptor is OK under fail-open, OVER_LIMIT (retry in
 // 1 s) under fail-closed. A descriptor's limit override (the "limit" field
 // Envoy fills from its route config) replaces the rule, as in
-// envoyproxy/ratelimit, and is never in shadow mode.
+// envoyproxy/ratelimit, and is never in shadow mode; its buckets are apart
+// from the rules' (see rules.BucketKey). At most Config.MaxOverrides
+// distinct overrides get buckets; past that, a new one is answered as if
+// the descriptor carried none (see DefaultMaxOverrides).
 //
 // An empty domain, no descriptors, a descriptor without entries, a
 // per-descriptor hits_addend of 0 (check without spending: not supported)
@@ -81,28 +82,29 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	// Check every descriptor before deciding any, so that a request refused
+	// for its last descriptor has spent nothing for its first.
+	for i, d := range descs {
+		if err := g.check(i, d); err != nil {
+			return nil, err
+		}
+	}
 	for i, d := range descs {
 		entries := d.GetEntries()
-		if len(entries) == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
-		}
 		cost := uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
-			if h.GetValue() == 0 {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
-			}
 			cost = h.GetValue()
 		}
 		var e *ruleEntry
 		if o := d.GetLimit(); o != nil {
-			var err error
-			if e, err = g.override(domain, o); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
-			}
-		} else if r := rules.Match(cfg, domain, entries); r != nil {
-			e = &rs.entries[r.Index]
+			e = g.override(overrideOf(o))
 		}
-		st, err := g.decide(ctx, entries, cost, e)
+		if e == nil { // no override, or one past -max-overrides
+			if r := rules.Match(cfg, domain, entries); r != nil {
+				e = &rs.entries[r.Index]
+			}
+		}
+		st, err := g.decide(ctx, domain, entries, cost, e)
 		if err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
@@ -117,8 +119,25 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	return resp, nil
 }
 
-// decide answers one descriptor matched to e (nil: no rule).
-func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+// check refuses descriptor i of a request if it has no entries, a
+// hits_addend of 0, or a limit override that cannot be a policy.
+func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor) error {
+	if len(d.GetEntries()) == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+	}
+	if h := d.GetHitsAddend(); h != nil && h.GetValue() == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
+	}
+	if o := d.GetLimit(); o != nil {
+		if err := g.s.overrides.check(o); err != nil {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
+		}
+	}
+	return nil
+}
+
+// decide answers one descriptor of domain matched to e (nil: no rule).
+func (g *rateLimitService) decide(ctx context.Context, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	s := g.s
 	switch {
 	case e == nil:
@@ -133,7 +152,13 @@ func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.Ra
 	asked := e.limited && cost <= uint64(e.p.Burst)
 	if asked {
 		var err error
-		v, err = s.decide(ctx, rules.BucketKey(e.rule, entries), int64(cost), &e.policyEntry, shadow)
+		r := e.rule
+		if r.Override { // one entry serves every domain: name this one
+			o := *r
+			o.Domain = domain
+			r = &o
+		}
+		v, err = s.decide(ctx, rules.BucketKey(rules.RLS, r, entries), int64(cost), &e.policyEntry, shadow)
 		if err != nil {
 			return nil, err
 		}
@@ -163,24 +188,4 @@ func (g *rateLimitService) decide(ctx context.Context, entries []*ratelimitv3.Ra
 		st.DurationUntilReset = durationpb.New(d)
 	}
 	return st, nil
-}
-
-// override returns the entry for a descriptor's limit override in domain.
-// Why not cached: the limit and the domain come from the caller, so a cache
-// would grow with whatever callers send; an override costs a few label
-// lookups more than a rule.
-func (g *rateLimitService) override(domain string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*ruleEntry, error) {
-	unit := rules.Unit(strings.ToLower(o.GetUnit().String()))
-	if unit.Duration() == 0 {
-		return nil, fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY or MONTH", o.GetUnit())
-	}
-	if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
-		return nil, fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
-	}
-	r := &rules.Rule{Domain: domain, Name: "override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit}
-	e, err := g.s.ruleEntry(r)
-	if err != nil {
-		return nil, err
-	}
-	return &e, nil
 }

@@ -285,7 +285,13 @@ func TestRLSInvalidRequests(t *testing.T) {
 	zero.HitsAddend = wrapperspb.UInt64(0)
 	badUnit := desc("a", "b")
 	badUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR}
+	tooFast := desc("a", "b")
+	tooFast.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2e9, Unit: typev3.RateLimitUnit_SECOND}
+	multiplier := desc("a", "b")
+	multiplier.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(2)}
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"override 2e9/s": {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tooFast}},
+		"multiplier":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{multiplier}},
 		"empty domain":   {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
 		"no descriptors": {Domain: "edge"},
 		"no entries":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
@@ -295,19 +301,29 @@ func TestRLSInvalidRequests(t *testing.T) {
 		_, err := f.rls.ShouldRateLimit(context.Background(), req)
 		assert.Equal(t, codes.InvalidArgument, status.Code(err), "%s: %v", name, err)
 	}
+	// A request refused for a later descriptor spends nothing for an
+	// earlier one.
+	_, err := f.rls.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("client_ip", "198.51.100.4"), zero}})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.EqualValues(t, 9, f.ask(t, "edge", 0, desc("client_ip", "198.51.100.4")).Statuses[0].LimitRemaining)
 }
 
-// /allow?key=K is the descriptor [("key", K)] in the HTTP domain: both APIs
-// spend from one bucket; keys without a rule keep -rate/-burst.
-func TestRLSHTTPSharesTheBucket(t *testing.T) {
+// /allow?key=K is the descriptor [("key", K)] in the HTTP domain, under that
+// domain's rules, but in a bucket of its own: a gRPC request for the same
+// domain and descriptor spends from another. Keys without a rule keep
+// -rate/-burst.
+func TestRLSHTTPRulesOwnBuckets(t *testing.T) {
 	f := newRLS(t, rlsRules, nil)
 	for range 3 {
 		require.Equal(t, 200, f.get(t, "/allow?key=tenant-a").status)
 	}
 	r := f.ask(t, "http", 0, desc("key", "tenant-a"))
-	assert.EqualValues(t, 1, r.Statuses[0].LimitRemaining)
+	assert.EqualValues(t, 4, r.Statuses[0].LimitRemaining, "gRPC's bucket is full before this request")
+	assert.EqualValues(t, 5, r.Statuses[0].CurrentLimit.RequestsPerUnit, "the same rule")
 	h := f.get(t, "/allow?key=tenant-a")
-	assert.JSONEq(t, `{"allowed":true,"remaining":0,"limit":5,"rate":5}`, h.raw)
+	assert.JSONEq(t, `{"allowed":true,"remaining":1,"limit":5,"rate":5}`, h.raw)
+	require.Equal(t, 200, f.get(t, "/allow?key=tenant-a").status)
 	h = f.get(t, "/allow?key=tenant-a")
 	assert.Equal(t, 429, h.status)
 	assert.Equal(t, `"http.key_tenant-a";q=5;w=1;sluice-burst=5`, h.header.Get("RateLimit-Policy"))
@@ -365,9 +381,20 @@ func TestRLSReload(t *testing.T) {
 	assert.Contains(t, m, `sluice_config_reloads_total{result="ok"} 1`)
 	assert.Contains(t, m, "sluice_config_rules 3")
 
+	// A fractional requests_per_unit is refused, not truncated (0.9 would
+	// deny everything, 9.99 would be 9); v2 stays in force.
+	for _, rpu := range []string{"0.9", "1.5", "9.99"} {
+		require.NoError(t, os.WriteFile(f.file, []byte("domain: d\ndescriptors:\n  - key: changed\n    rate_limit: {unit: second, requests_per_unit: "+rpu+"}\n"), 0o600))
+		err = f.srv.ReloadRules(f.file)
+		require.Error(t, err, rpu)
+		assert.Contains(t, err.Error(), f.file+`:4: descriptors[0].rate_limit.requests_per_unit: "`+rpu+`" is not a whole number`)
+	}
+	r = f.ask(t, "d", 0, desc("changed", "x"))
+	assert.EqualValues(t, 5, r.Statuses[0].LimitRemaining, "still v2's rule and bucket")
+
 	require.NoError(t, os.Remove(f.file))
 	assert.ErrorIs(t, f.srv.ReloadRules(f.file), os.ErrNotExist)
-	assert.EqualValues(t, 5, f.ask(t, "d", 0, desc("changed", "x")).Statuses[0].LimitRemaining)
+	assert.EqualValues(t, 4, f.ask(t, "d", 0, desc("changed", "x")).Statuses[0].LimitRemaining)
 }
 
 // Reloads racing with decisions: every decision sees one whole rules file.

@@ -98,11 +98,27 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	return e, nil
 }
 
+// preparer is implemented by stores that hold resources per policy and can
+// open them ahead of the first decision (the shm store's table files).
+type preparer interface {
+	Prepare(policies ...store.Policy) error
+}
+
+// prepare opens p's resources in the store, if it has any.
+func (s *Server) prepare(p store.Policy) error {
+	if pr, ok := s.cfg.Store.(preparer); ok {
+		return pr.Prepare(p)
+	}
+	return nil
+}
+
 // SetRules makes c the rules for every later decision (nil removes them).
 // Requests in flight finish under the rules they started with. A rule whose
 // limit (requests_per_unit and unit) is unchanged keeps its buckets and their
 // state; a rule whose limit changed starts new, full buckets (see
-// rules.BucketKey). Safe for concurrent use.
+// rules.BucketKey). A store that holds resources per policy (the shm
+// store) opens those of c's limits before c takes effect; if it cannot, the
+// rules in force stay and the error says why. Safe for concurrent use.
 func (s *Server) SetRules(c *rules.Config) error {
 	if c == nil {
 		s.rules.Store(nil)
@@ -112,6 +128,13 @@ func (s *Server) SetRules(c *rules.Config) error {
 	rs, err := s.compile(c)
 	if err != nil {
 		return err
+	}
+	for _, e := range rs.entries {
+		if e.limited {
+			if err := s.prepare(e.p); err != nil {
+				return fmt.Errorf("service: %s:%d: %w", c.File, e.rule.Line, err)
+			}
+		}
 	}
 	s.rules.Store(rs)
 	s.ruleMetrics.rules.Set(float64(len(c.Rules)))
@@ -167,7 +190,7 @@ func (s *Server) allowByRule(w http.ResponseWriter, r *http.Request, a *allowArg
 		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of rule %q (%s:%d): it can never be allowed",
 			a.n, e.p.Burst, rule.Name, rs.cfg.File, rule.Line)
 	default:
-		v, err := s.decide(r.Context(), rules.BucketKey(rule, entries[:]), a.n, &e.policyEntry, shadow)
+		v, err := s.decide(r.Context(), rules.BucketKey(rules.Allow, rule, entries[:]), a.n, &e.policyEntry, shadow)
 		s.answer(w, &e.policyEntry, v, err)
 	}
 	return true

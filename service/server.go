@@ -61,6 +61,12 @@ type Config struct {
 	// ShouldRateLimit and for /allow (see HTTPDomain); nil means none.
 	// SetRules and ReloadRules replace them while serving.
 	Rules *rules.Config
+	// MaxOverrides caps the distinct Envoy limit overrides (requests_per_unit
+	// and unit) that get buckets (default DefaultMaxOverrides; negative:
+	// none). A process keeps the first it sees; a new one past the cap is
+	// answered as if the descriptor carried no override, counted in
+	// sluice_override_over_cap_total and logged at most once a minute.
+	MaxOverrides int
 	// HTTPDomain is the rules domain in which /allow?key=K is looked up, as
 	// the descriptor [("key", K)] (default DefaultHTTPDomain). A key that
 	// matches no rule there is limited by Limits or Default as without rules.
@@ -90,6 +96,7 @@ type Server struct {
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
+	overrides   overrides // Envoy limit overrides with buckets
 }
 
 type policyEntry struct {
@@ -118,6 +125,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	switch {
+	case cfg.MaxOverrides == 0:
+		cfg.MaxOverrides = DefaultMaxOverrides
+	case cfg.MaxOverrides < 0:
+		cfg.MaxOverrides = 0
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -136,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 		e := s.entry(p)
 		s.byKey[k] = &e
 	}
+	s.initOverrides()
 	if err := s.initRules(); err != nil {
 		return nil, err
 	}
@@ -211,7 +225,7 @@ func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	v, err := s.decide(r.Context(), a.key, a.n, e, s.cfg.Shadow)
+	v, err := s.decide(r.Context(), allowKey(a.key), a.n, e, s.cfg.Shadow)
 	s.answer(w, e, v, err)
 }
 

@@ -176,6 +176,7 @@ func TestServeBadFlagsExit2(t *testing.T) {
 		{[]string{"-fail", "maybe"}, `-fail "maybe"`},
 		{[]string{"-rate", "0"}, "rate 0"},
 		{[]string{"-store", "nope"}, `-store "nope"`},
+		{[]string{"-max-overrides", "-1"}, "-max-overrides -1: must not be negative"},
 	} {
 		out, err := exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, c.args...)...).CombinedOutput()
 		var ee *exec.ExitError

@@ -72,10 +72,16 @@ func TestServeBadConfigExit2(t *testing.T) {
 	assert.Equal(t, 2, ee.ExitCode())
 	assert.Contains(t, string(out), file+`:5: descriptors[0].rate_limit.unit: "minutes" is not a unit`)
 
+	frac := filepath.Join(t.TempDir(), "frac.yaml")
+	writeRules(t, frac, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 0.9}\n")
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	writeRules(t, big, e2eRules+strings.Repeat("#"+strings.Repeat(" ", 1022)+"\n", 8<<10))
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"-config", frac}, frac + `:4: descriptors[0].rate_limit.requests_per_unit: "0.9" is not a whole number`},
+		{[]string{"-config", big}, big + ": file is over the 8 MiB maximum"},
 		{[]string{"-config", filepath.Join(t.TempDir(), "none.yaml")}, "no such file"},
 		{[]string{"-config-poll", "1s"}, "-config-poll needs -config"},
 		{[]string{"-config", file, "-config-poll", "-1s"}, "must not be negative"},

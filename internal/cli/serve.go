@@ -40,6 +40,7 @@ type ServeOptions struct {
 	Config       string // envoyproxy/ratelimit rules file; "" for none
 	ConfigPoll   time.Duration
 	HTTPDomain   string
+	MaxOverrides int
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -62,6 +63,8 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
 	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when its size or modification time changed and then held for one more check, checked this often (0: only on SIGHUP)")
 	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
+	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
+		"distinct Envoy limit overrides given buckets (a table file each with the shm store); a new one past this is answered as if absent (0: none)")
 	return fs
 }
 
@@ -183,6 +186,14 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
+	switch {
+	case o.MaxOverrides < 0:
+		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
+	case o.MaxOverrides == 0:
+		cfg.MaxOverrides = -1 // service.Config's "none"
+	default:
+		cfg.MaxOverrides = o.MaxOverrides
+	}
 	switch {
 	case o.ConfigPoll < 0:
 		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)

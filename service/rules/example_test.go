@@ -26,7 +26,7 @@ descriptors:
 		r := rules.Match(c, "api", d)
 		p, _ := r.Policy()
 		fmt.Printf("%s: rule %s (line %d), %v/s, burst %d, bucket %s\n",
-			user, r.Name, r.Line, p.Rate, p.Burst, rules.BucketKey(r, d))
+			user, r.Name, r.Line, p.Rate, p.Burst, rules.BucketKey(rules.RLS, r, d))
 	}
 	_, err = rules.Parse("bad.yaml", []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minutes, requests_per_unit: 60}\n"))
 	fmt.Println(err)

@@ -33,7 +33,7 @@ func FuzzParse(f *testing.F) {
 			for j, l := range r.Path {
 				entries[j] = rules.KV{Key: l.Key, Value: l.Value}
 			}
-			_ = rules.BucketKey(r, entries)
+			_ = rules.BucketKey(rules.RLS, r, entries)
 			if m := rules.Match(c, r.Domain, entries); m == nil {
 				t.Fatalf("rule %s does not match its own path", r.Name)
 			}

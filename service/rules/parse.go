@@ -19,7 +19,12 @@ import (
 // every field it does not know. Fields that only shape envoyproxy/ratelimit's
 // statistics (detailed_metric, value_to_metric) are accepted and ignored;
 // replaces and quota_mode, which change decisions, are refused.
+//
+// A file over MaxFileSize is refused before any of it is parsed.
 func Parse(file string, data []byte) (*Config, error) {
+	if len(data) > MaxFileSize {
+		return nil, tooBig(file)
+	}
 	p := &parser{file: file, c: &Config{File: file, domains: map[string]level{}}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for doc := 0; ; doc++ {
@@ -303,8 +308,8 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 		case "requests_per_unit":
 			v = deref(v)
 			rpuNode = v
-			var n int64
-			if v.Kind != yaml.ScalarNode || v.Decode(&n) != nil || n < 0 || n > math.MaxUint32 {
+			n, ok := wholeNumber(v)
+			if !ok || n < 0 || n > math.MaxUint32 {
 				return p.errf(v, f, "%q is not a whole number from 0 to %d", v.Value, uint32(math.MaxUint32))
 			}
 			r.RequestsPerUnit = uint32(n)
@@ -364,4 +369,27 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 		}
 	}
 	return r, nil
+}
+
+// wholeNumber reads a scalar that is a whole number: an integer (5, 0x10,
+// 1_000) or a float with no fractional part (10.0, 1e3). Why not
+// yaml.Node.Decode into an int64 alone: the decoder truncates a float, so
+// 0.9 would become 0 (a rule that denies everything) and 9.99 would be 9.
+func wholeNumber(v *yaml.Node) (int64, bool) {
+	if v.Kind != yaml.ScalarNode {
+		return 0, false
+	}
+	switch v.ShortTag() {
+	case "!!int":
+		var n int64
+		return n, v.Decode(&n) == nil
+	case "!!float":
+		var f float64
+		// 2^63 and beyond (and NaN) fail the range check: no int64 holds them.
+		if v.Decode(&f) != nil || f != math.Trunc(f) || !(f > -1<<63 && f < 1<<63) {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	return 0, false
 }

@@ -31,6 +31,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -91,6 +92,10 @@ type Rule struct {
 	Shadow          bool // shadow_mode: decided and counted, never denied
 	Line            int  // where the rule starts in its file
 	Index           int  // position in Config.Rules
+	// Override marks a rule made for an Envoy limit override rather than
+	// read from a file: its buckets never share a key with a file's rule
+	// (see BucketKey).
+	Override bool
 }
 
 // Policy is the GCRA policy of a limited rule: RequestsPerUnit tokens refill
@@ -221,28 +226,50 @@ func Match[E Entry](c *Config, domain string, entries []E) *Rule {
 // keep them.
 const MaxBucketKeyLen = 256
 
+// API names the front end a bucket key is made for. The buckets of
+// different APIs never share a key, even for the same domain and rule.
+type API string
+
+// The APIs of sluice serve.
+const (
+	RLS   API = "rls"   // Envoy's ShouldRateLimit (gRPC)
+	Allow API = "allow" // the HTTP /allow, for keys that match a rule of its domain
+)
+
 // BucketKey is the store key of the bucket a descriptor matched by r counts
-// against: the domain, each entry's key and value (a shared wildcard's
-// pattern instead of the value), and r's limit. Two descriptors share a
+// against when api asks: the API, the domain, each entry's key and value
+// (a shared wildcard's pattern instead of the value), and r's limit, as in
+// "rls:edge|remote_address=198.51.100.7|20/second". Two descriptors share a
 // bucket exactly when their keys are equal; a rule whose limit changes on
 // reload starts a new bucket (full), one whose limit stays keeps its state.
-// Keys of 256 bytes and more are replaced by "rls#" and a SHA-256 digest.
-func BucketKey[E Entry](r *Rule, entries []E) string {
+//
+// The encoding is injective: '%', '|', '=' and '*' in the domain, keys and
+// values are percent-encoded (a shared pattern keeps its '*'), so no
+// descriptor of one API, domain or rule can produce the key of another. An
+// Override rule's limit is written "override:N/unit", so its buckets are
+// apart from those of a rule with the same limit. Keys of MaxBucketKeyLen
+// bytes and more are replaced by the API, '#' and the SHA-256 digest of the
+// whole key in hex ("rls#…", 68 bytes).
+func BucketKey[E Entry](api API, r *Rule, entries []E) string {
 	var b strings.Builder
 	b.Grow(64)
-	b.WriteString("rls:")
-	escape(&b, r.Domain)
+	b.WriteString(string(api))
+	b.WriteByte(':')
+	escape(&b, r.Domain, "%|=*")
 	for i, e := range entries {
 		b.WriteByte('|')
-		escape(&b, e.GetKey())
+		escape(&b, e.GetKey(), "%|=*")
 		b.WriteByte('=')
 		if i < len(r.Path) && r.Path[i].Share {
-			escape(&b, r.Path[i].Value)
+			escape(&b, r.Path[i].Value, "%|=")
 		} else {
-			escape(&b, e.GetValue())
+			escape(&b, e.GetValue(), "%|=*")
 		}
 	}
 	b.WriteByte('|')
+	if r.Override {
+		b.WriteString("override:")
+	}
 	b.WriteString(strconv.FormatUint(uint64(r.RequestsPerUnit), 10))
 	b.WriteByte('/')
 	b.WriteString(string(r.Unit))
@@ -250,24 +277,25 @@ func BucketKey[E Entry](r *Rule, entries []E) string {
 		return b.String()
 	}
 	sum := sha256.Sum256([]byte(b.String()))
-	return "rls#" + hex.EncodeToString(sum[:])
+	return string(api) + "#" + hex.EncodeToString(sum[:])
 }
 
-// escape writes s with '%', '|' and '=' percent-encoded, so that distinct
-// descriptors can never produce the same key.
-func escape(b *strings.Builder, s string) {
-	if !strings.ContainsAny(s, "%|=") {
+// escape writes s with the bytes in special percent-encoded.
+func escape(b *strings.Builder, s, special string) {
+	if !strings.ContainsAny(s, special) {
 		b.WriteString(s)
 		return
 	}
+	const hexDigits = "0123456789ABCDEF"
 	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '%', '|', '=':
+		c := s[i]
+		if strings.IndexByte(special, c) >= 0 {
 			b.WriteByte('%')
-			b.WriteString(strings.ToUpper(hex.EncodeToString([]byte{c})))
-		default:
-			b.WriteByte(c)
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+			continue
 		}
+		b.WriteByte(c)
 	}
 }
 
@@ -295,12 +323,36 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// MaxFileSize is the largest rules file Load and Parse take, in bytes
+// (8 MiB). A rules file of a few thousand rules is a few hundred KiB; the cap
+// keeps a runaway generator or a wrong path (a log, a core dump) from costing
+// the server seconds of CPU and gigabytes of memory in the parser: the
+// YAML decoder holds a node of about 100 bytes for every scalar.
+const MaxFileSize = 8 << 20
+
+// tooBig is the refusal of a file over MaxFileSize.
+func tooBig(file string) error {
+	return &Error{File: file, Msg: fmt.Sprintf("file is over the %d MiB maximum (%d bytes)", MaxFileSize>>20, MaxFileSize)}
+}
+
 // Load reads and parses the rules file at path. Every error is an *Error
-// naming the file, or wraps the error that kept the file from being read.
+// naming the file, or wraps the error that kept the file from being read. A
+// file over MaxFileSize is refused without reading more than MaxFileSize+1
+// bytes of it.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
+	}
+	defer f.Close()
+	// Why read through a limit rather than trust Stat's size alone: the
+	// file may grow between the two, or be a pipe or device with no size.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooBig(path)
 	}
 	return Parse(path, data)
 }

@@ -3,6 +3,7 @@ package rules_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,7 +238,7 @@ func TestBucketKey(t *testing.T) {
 	require.NoError(t, err)
 	key := func(domain string, entries ...string) string {
 		e := kv(entries...)
-		return rules.BucketKey(rules.Match(c, domain, e), e)
+		return rules.BucketKey(rules.RLS, rules.Match(c, domain, e), e)
 	}
 	assert.Equal(t, "rls:sms|kind=promo|phone=555|3/day", key("sms", "kind", "promo", "phone", "555"))
 	assert.Equal(t, "rls:sms|phone=555|40/day", key("sms", "phone", "555"))
@@ -253,6 +254,61 @@ func TestBucketKey(t *testing.T) {
 	assert.Len(t, long, 4+64)
 	assert.True(t, strings.HasPrefix(long, "rls#"))
 	assert.NotEqual(t, long, key("sms", "phone", strings.Repeat("9", 301)))
+
+	// A literal '*' in a value is escaped: only a shared pattern keeps its
+	// '*', so a value spelled like the pattern has a bucket of its own.
+	assert.Equal(t, "rls:sms|phone=%2A|40/day", key("sms", "phone", "*"))
+
+	// The API, and an override, are part of the key.
+	r := rules.Match(c, "sms", kv("phone", "555"))
+	assert.Equal(t, "allow:sms|phone=555|40/day", rules.BucketKey(rules.Allow, r, kv("phone", "555")))
+	o := &rules.Rule{Domain: "sms", RequestsPerUnit: 40, Unit: rules.Day, Override: true}
+	assert.Equal(t, "rls:sms|phone=555|override:40/day", rules.BucketKey(rules.RLS, o, kv("phone", "555")))
+	assert.True(t, strings.HasPrefix(rules.BucketKey(rules.Allow, r, kv("phone", strings.Repeat("9", 300))), "allow#"))
+}
+
+// FuzzBucketKey: distinct (API, domain, override, entries, limit) never give
+// one key, however the strings are spelled (separators, escapes, '*').
+func FuzzBucketKey(f *testing.F) {
+	f.Add("edge", "k", "v", "", "", false, "edge", "k", "v", "", "", true)
+	f.Add("a|b", "c", "d", "", "", false, "a", "b|c", "d", "", "", false)
+	f.Add("d", "k", "a=b", "", "", false, "d", "k=a", "b", "", "", false)
+	f.Add("d", "k", "v|k=w", "", "", false, "d", "k", "v", "k", "w", false)
+	f.Add("d", "k", "%7C", "", "", false, "d", "k", "|", "", "", false)
+	f.Add("d", "k", "*", "", "", false, "d", "k", "%2A", "", "", false)
+	f.Fuzz(func(t *testing.T, d1, k1, v1, k2, v2 string, o1 bool, e1, l1, w1, l2, w2 string, o2 bool) {
+		entries := func(k, v, kk, vv string) []rules.KV {
+			e := []rules.KV{{Key: k, Value: v}}
+			if kk != "" {
+				e = append(e, rules.KV{Key: kk, Value: vv})
+			}
+			return e
+		}
+		a := entries(k1, v1, k2, v2)
+		b := entries(l1, w1, l2, w2)
+		ra := &rules.Rule{Domain: d1, RequestsPerUnit: 5, Unit: rules.Second, Override: o1}
+		rb := &rules.Rule{Domain: e1, RequestsPerUnit: 5, Unit: rules.Second, Override: o2}
+		same := d1 == e1 && o1 == o2 && fmt.Sprint(a) == fmt.Sprint(b)
+		for _, api := range []rules.API{rules.RLS, rules.Allow} {
+			ka := rules.BucketKey(api, ra, a)
+			if got := ka == rules.BucketKey(api, rb, b); got != same {
+				t.Fatalf("%s: keys equal %v, descriptors equal %v: %q vs %q", api, got, same, ka, rules.BucketKey(api, rb, b))
+			}
+			if ka == rules.BucketKey(otherAPI(api), rb, b) {
+				t.Fatalf("%s and %s share key %q", api, otherAPI(api), ka)
+			}
+			if len(ka) >= rules.MaxBucketKeyLen {
+				t.Fatalf("key of %d bytes", len(ka))
+			}
+		}
+	})
+}
+
+func otherAPI(a rules.API) rules.API {
+	if a == rules.RLS {
+		return rules.Allow
+	}
+	return rules.RLS
 }
 
 // A bad file is refused with the file, the line and the field at fault.
@@ -270,6 +326,18 @@ func TestParseErrors(t *testing.T) {
 		{"empty domain", "domain: \"\"\n", `f.yaml:1: domain: empty`},
 		{"negative rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "-1" is not a whole number`},
+		{"fractional rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 0.9}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "0.9" is not a whole number`},
+		{"fractional rpu 1.5", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 1.5\n",
+			`f.yaml:6: descriptors[0].rate_limit.requests_per_unit: "1.5" is not a whole number`},
+		{"fractional rpu 9.99", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 9.99}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "9.99" is not a whole number`},
+		{"rpu over uint32", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4.3e9}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "4.3e9" is not a whole number from 0 to 4294967295`},
+		{"rpu infinite", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: .inf}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: ".inf" is not a whole number`},
+		{"rpu string", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n",
+			`f.yaml:4: descriptors[0].rate_limit.requests_per_unit: "5" is not a whole number`},
 		{"missing unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n",
 			`f.yaml:4: descriptors[0].rate_limit.unit: missing`},
 		{"unit with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
@@ -298,6 +366,42 @@ func TestParseErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// A requests_per_unit written as a float is taken only when it is a whole
+// number; the YAML decoder alone would truncate 0.9 to 0 (deny everything).
+func TestParseWholeNumberSpellings(t *testing.T) {
+	for v, want := range map[string]uint32{"5": 5, "10.0": 10, "1e3": 1000, "0x10": 16, "1_000": 1000, "0": 0, "4294967295": math.MaxUint32} {
+		c, err := rules.Parse("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: "+v+"}\n"))
+		require.NoError(t, err, v)
+		assert.Equal(t, want, c.Rules[0].RequestsPerUnit, v)
+	}
+}
+
+// A file over MaxFileSize is refused before any of it is parsed: by Load
+// without reading past the cap, and by Parse.
+func TestFileSizeCap(t *testing.T) {
+	small := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 3}\n"
+	pad := "# " + strings.Repeat("x", 1021) + "\n" // 1 KiB of comment
+	big := small + strings.Repeat(pad, rules.MaxFileSize/len(pad)+1)
+	require.Greater(t, len(big), rules.MaxFileSize)
+	p := filepath.Join(t.TempDir(), "big.yaml")
+	require.NoError(t, os.WriteFile(p, []byte(big), 0o600))
+	_, err := rules.Load(p)
+	var re *rules.Error
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, p+": file is over the 8 MiB maximum (8388608 bytes)", err.Error())
+	_, err = rules.Parse("big.yaml", []byte(big))
+	require.ErrorAs(t, err, &re)
+	assert.Contains(t, err.Error(), "over the 8 MiB maximum")
+
+	// A file of exactly the cap goes to the parser (whose first line stops
+	// it at once: the point is only that the size passed).
+	exact := "\t\n" + strings.Repeat("x", rules.MaxFileSize-2)
+	require.NoError(t, os.WriteFile(p, []byte(exact), 0o600))
+	_, err = rules.Load(p)
+	require.ErrorAs(t, err, &re)
+	assert.Contains(t, err.Error(), "bad YAML")
 }
 
 func TestLoad(t *testing.T) {

@@ -7,13 +7,22 @@
 // named after the policy ("p-100000000ns-b10.sbt"), so processes started with
 // the same flags attach to the same tables and a process with other numbers
 // can never count against somebody else's policy.
+//
+// Files do not pile up: a Store holds a shared flock on each table file it
+// has open, and Open removes the table files that no Store holds and whose
+// every bucket is full (they hold no information: a new file is the same
+// table). So the files in the directory are those of the policies that
+// running processes use, plus those whose buckets still carry debt.
 package shmstore
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,12 +34,13 @@ import (
 // Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
 // the zero value is not usable (use Open). Allow never blocks.
 type Store struct {
-	arena  *sharedbucket.Arena
+	arena  *sharedbucket.Arena // the directory; tables are opened with openHeld
 	opts   []sharedbucket.Option
 	closed atomic.Bool
 
 	mu     sync.RWMutex
 	tables map[tableID]*sharedbucket.Table // guarded by mu; grows once per policy
+	held   []io.Closer                     // guarded by mu: the flocks on the tables' files
 }
 
 type tableID struct {
@@ -41,12 +51,19 @@ type tableID struct {
 // Open returns a Store whose tables live in dir (created 0700 if missing;
 // "" means sharedbucket.DefaultDir(), a tmpfs directory private to the user).
 // opts (for example sharedbucket.WithSlots) apply to every table.
+//
+// Open first removes the table files (named as this package names them)
+// that no Store in any process holds and whose every bucket is full: a
+// table nobody uses and that holds no debt says nothing a new file would not.
+// Files of another slot count or format are left alone.
 func Open(dir string, opts ...sharedbucket.Option) (*Store, error) {
 	a, err := sharedbucket.NewArena(dir)
 	if err != nil {
 		return nil, fmt.Errorf("shmstore: %w", err)
 	}
-	return &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table)}, nil
+	s := &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table)}
+	sweep(a.Dir(), opts)
+	return s, nil
 }
 
 // Dir is the directory holding the table files.
@@ -65,15 +82,51 @@ func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
 	if t = s.tables[id]; t != nil {
 		return t, nil
 	}
-	// Why Limit 1 per Window T: sharedbucket's interval is ceil(Window/Limit),
-	// so this gives exactly the store.Policy interval every other store uses.
-	name := "p-" + strconv.FormatInt(int64(id.interval), 10) + "ns-b" + strconv.FormatInt(id.burst, 10)
-	t, err := s.arena.Rate(name, sharedbucket.Policy{Limit: 1, Window: id.interval, Burst: id.burst}, s.opts...)
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	t, hold, err := openHeld(filepath.Join(s.arena.Dir(), id.fileName()), id.policy(), s.opts)
 	if err != nil {
 		return nil, fmt.Errorf("shmstore: %w", err)
 	}
 	s.tables[id] = t
+	s.held = append(s.held, hold)
 	return t, nil
+}
+
+// fileName is the name of id's table file.
+func (id tableID) fileName() string {
+	return "p-" + strconv.FormatInt(int64(id.interval), 10) + "ns-b" + strconv.FormatInt(id.burst, 10) + sharedbucket.TableExt
+}
+
+// policy is id's sharedbucket policy. Why Limit 1 per Window T:
+// sharedbucket's interval is ceil(Window/Limit), so this gives exactly the
+// store.Policy interval every other store uses.
+func (id tableID) policy() sharedbucket.Policy {
+	return sharedbucket.Policy{Limit: 1, Window: id.interval, Burst: id.burst}
+}
+
+// parseFileName is the inverse of fileName; ok is false for any other name.
+func parseFileName(name string) (id tableID, ok bool) {
+	rest, ok := strings.CutPrefix(name, "p-")
+	if !ok {
+		return id, false
+	}
+	rest, ok = strings.CutSuffix(rest, sharedbucket.TableExt)
+	if !ok {
+		return id, false
+	}
+	iv, b, ok := strings.Cut(rest, "ns-b")
+	if !ok {
+		return id, false
+	}
+	interval, err1 := strconv.ParseInt(iv, 10, 64)
+	burst, err2 := strconv.ParseInt(b, 10, 64)
+	id = tableID{time.Duration(interval), burst}
+	if err1 != nil || err2 != nil || interval < 1 || burst < 1 || id.fileName() != name {
+		return tableID{}, false
+	}
+	return id, true
 }
 
 // Allow implements store.Store. It never blocks and ignores ctx.
@@ -155,10 +208,28 @@ func (s *Store) Ping(context.Context) error {
 // Name implements store.Store.
 func (s *Store) Name() string { return "shm" }
 
-// Close unmaps every table; the files stay for other processes.
+// Close unmaps every table and lets go of their files. The files stay for
+// other processes (and for the next Open, which removes those nobody holds
+// whose buckets are all full).
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	return s.arena.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for id, t := range s.tables {
+		if err := t.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(s.tables, id)
+	}
+	for _, h := range s.held {
+		_ = h.Close()
+	}
+	s.held = nil
+	if err := s.arena.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
 }
 
 // InProcess marks Store as a store.InProcess store: Allow never waits.

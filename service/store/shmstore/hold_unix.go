@@ -1,0 +1,133 @@
+//go:build linux || darwin
+
+package shmstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluice-go/sluice/sharedbucket"
+)
+
+// The files of a table directory are kept with flock(2) on the table files
+// themselves: a Store holds a shared lock on each file it has mapped, for as
+// long as it has it mapped, and Open's sweep removes a file only under an
+// exclusive lock taken without waiting. The kernel drops a dead process's
+// locks, so a crash leaves nothing held.
+
+// maxHoldAttempts bounds openHeld's retries; each needs another process to
+// remove or replace the file in a window of microseconds.
+const maxHoldAttempts = 16
+
+// openHeld opens (creating if need be) the table at path and returns it with
+// the open file that holds a shared flock on it, which the caller closes
+// after the table.
+func openHeld(path string, p sharedbucket.Policy, opts []sharedbucket.Option) (*sharedbucket.Table, io.Closer, error) {
+	for range maxHoldAttempts {
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Create the file, then start over to lock it before mapping
+			// it for use. Why not use the table just made: until we hold
+			// the lock, a sweep may remove the new file (every bucket of
+			// a new table is full), and the table would count alone on a
+			// file nobody else can find.
+			t, err := sharedbucket.Open(path, p, opts...)
+			if err != nil {
+				return nil, nil, err
+			}
+			_ = t.Close()
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		// Blocks only while a sweep checks the file (it holds the
+		// exclusive lock for one scan of the table) or its creator builds it.
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+			_ = f.Close()
+			return nil, nil, fmt.Errorf("flock %s: %w", path, err)
+		}
+		if same, err := samePath(f, path); err != nil || !same {
+			_ = f.Close() // removed or replaced before we held it: again
+			continue
+		}
+		// Held: no sweep can remove or replace path now, so Open maps the
+		// file we hold.
+		t, err := sharedbucket.Open(path, p, opts...)
+		if err != nil {
+			_ = f.Close()
+			return nil, nil, err
+		}
+		return t, f, nil
+	}
+	return nil, nil, fmt.Errorf("open %s: the file kept being removed or replaced (%d attempts)", path, maxHoldAttempts)
+}
+
+// samePath reports whether path still names the file f has open.
+func samePath(f *os.File, path string) (bool, error) {
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		return false, err
+	}
+	if err := unix.Lstat(path, &b); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino, nil
+}
+
+// sweep removes the table files in dir, named as this package names them,
+// that nobody holds and whose every bucket is full, and returns how many.
+// A file it cannot judge (another slot count or format version, a file it
+// cannot open) stays.
+func sweep(dir string, opts []sharedbucket.Option) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	removed := 0
+	for _, de := range entries {
+		id, ok := parseFileName(de.Name())
+		if ok && de.Type().IsRegular() && sweepOne(filepath.Join(dir, de.Name()), id, opts) {
+			removed++
+		}
+	}
+	return removed
+}
+
+func sweepOne(path string, id tableID, opts []sharedbucket.Option) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return false // held: in use
+	}
+	if same, err := samePath(f, path); err != nil || !same {
+		return false
+	}
+	t, err := sharedbucket.Open(path, id.policy(), opts...)
+	if err != nil {
+		return false // another slot count or version: not ours to judge
+	}
+	idle := t.Stats().Keys == 0
+	_ = t.Close()
+	if !idle {
+		return false
+	}
+	// Open may have replaced a file from before the last reboot: remove
+	// only the file we hold.
+	if same, err := samePath(f, path); err != nil || !same {
+		return false
+	}
+	return os.Remove(path) == nil
+}
