@@ -37,16 +37,12 @@ import (
 // the clock named at 56 (≤ now means a full bucket).
 //
 // Who may write the file: every process that can open it for writing (its
-// owner's, or a group's granted by WithMode) may change any bucket, and is
-// trusted as much as the limit is. The creator's processes write the header
-// once; after that only the slots and floors change, and only through the
-// slot protocol. A peer that writes anything else into the slots or floors
-// is damage, which the table bounds: a damaged word forgives at most one
-// key's bucket (one burst) or delays one key by at most b·T + MaxSkew; an
-// impossible word is reset and counted (Stats.Corrupt); no damage makes a
-// key unlimited or shuts it out for good. A damaged header is refused at
-// Open (ErrCorrupt); a header changed after Open changes nothing, as each
-// process keeps its own copy.
+// owner's, or a group's granted by WithMode), and each may change any
+// bucket. The creator writes the header once, before the file has a name;
+// after that only the slots and floors change, and only through the slot
+// protocol. Anything else written there is damage, which the package doc
+// ("Files") bounds: at most a burst for one key per damaged word, impossible
+// words reset and counted (Stats.Corrupt), never a key without a limit.
 //
 // Versions: 2 changed the slot protocol (key words of 63 bits, a lock bit,
 // floors); 3 changed the hash (SipHash-1-3, hash id 1, to hash id 2), which
