@@ -50,9 +50,8 @@ func (t *Table) Counters() Counters {
 }
 
 // Stats returns the table's statistics. Counting Keys and Locked walks the
-// whole table (one load or two per slot: about a millisecond per million
-// slots), so Stats belongs on a status page or a metrics scrape, not in a
-// request path. On the way it takes over the locks that are LockTimeout old
+// whole table (a load or two per slot; BenchmarkStats), so Stats belongs on
+// a status page or a metrics scrape, not in a request path. On the way it takes over the locks that are LockTimeout old
 // (a write, counted in Recovered), so that a scrape every so often keeps
 // dead locks from lingering in windows no claim visits.
 func (t *Table) Stats() Stats {

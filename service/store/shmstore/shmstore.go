@@ -129,10 +129,10 @@ func (s *Store) Evictions(p store.Policy) (evicted, contended uint64) {
 // this store took over from such processes (each may let one key start
 // over with a full bucket), and the impossible words it found in the table
 // and reset (damage; see sharedbucket.Stats). Zeros if p's table is not
-// open. It walks the table (sharedbucket.Table.Stats: about a millisecond
-// per million slots) and on the way takes over the locks LockTimeout old,
-// so a scrape keeps dead locks from lingering. Policies with the same rate
-// and burst share one table, and so these figures.
+// open. It walks the table (sharedbucket.Table.Stats: a load or two per
+// slot) and on the way takes over the locks LockTimeout old, so a scrape
+// keeps dead locks from lingering. Policies with the same rate and burst
+// share one table, and so these figures.
 func (s *Store) SlotHealth(p store.Policy) (locked int, recovered, corrupt uint64) {
 	t := s.opened(p)
 	if t == nil {
