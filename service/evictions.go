@@ -68,6 +68,7 @@ func (s *Server) policyList() []store.Policy {
 type PolicyEvictions struct {
 	Evicted   uint64 `json:"evicted_total"`
 	Contended uint64 `json:"contended_total"`
+	PolicySlots
 }
 
 // evictionStats returns /stats' per-policy eviction figures, or nil when
@@ -80,7 +81,7 @@ func (s *Server) evictionStats() map[string]PolicyEvictions {
 	out := make(map[string]PolicyEvictions)
 	for _, p := range s.policyList() {
 		ev, co := r.Evictions(p)
-		out[p.Name] = PolicyEvictions{Evicted: ev, Contended: co}
+		out[p.Name] = PolicyEvictions{Evicted: ev, Contended: co, PolicySlots: s.policySlots(p)}
 	}
 	return out
 }

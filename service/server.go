@@ -157,6 +157,9 @@ func New(cfg Config) (*Server, error) {
 	if r, ok := cfg.Store.(EvictionReporter); ok {
 		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
 	}
+	if r, ok := cfg.Store.(SlotReporter); ok {
+		cfg.Registry.MustRegister(newSlotCollector(r, s.policyList()))
+	}
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
@@ -298,8 +301,9 @@ func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
 		Degraded     int64  `json:"degraded_total"`
 		Canceled     int64  `json:"canceled_total"`
 		StoreError   string `json:"store_error,omitempty"`
-		// Policies: per policy, evictions and contended decisions, for
-		// stores that can loosen under pressure (shm).
+		// Policies: per policy, evictions and contended decisions, and
+		// the slots' health, for stores that can loosen under pressure
+		// (shm).
 		Policies map[string]PolicyEvictions `json:"policies,omitempty"`
 	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, "", s.evictionStats()}
 	if err != nil {

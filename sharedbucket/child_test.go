@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -35,6 +36,7 @@ const (
 	childRoleD = "exact"
 	childRoleE = "clock"
 	childRoleF = "churn"
+	childRoleG = "claim"
 )
 
 func encodePolicy(p Policy, slots int) string {
@@ -66,6 +68,8 @@ func runChild(role string) int {
 		fmt.Println(Now())
 	case childRoleF:
 		err = childChurn()
+	case childRoleG:
+		err = childClaim()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}
@@ -261,6 +265,7 @@ func startChild(t *testing.T, role string, env ...string) *child {
 		t.Fatal(err)
 	}
 	c := &child{cmd: cmd, out: bufio.NewScanner(stdout), stdin: stdin}
+	c.out.Buffer(nil, 256<<20) // a report of every allowed decision is one line
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
@@ -292,6 +297,7 @@ func (c *child) send(t *testing.T, s string) {
 type churnResult struct {
 	Allowed  [][][3]int64 `json:"allowed"` // per key: {lo, hi, cost}
 	Excluded []int        `json:"excluded"`
+	Events   [][]int64    `json:"events"` // per key: when it was evicted or claimed twice
 	Calls    int64        `json:"calls"`
 	Counts   Counters     `json:"counts"`
 }
@@ -302,8 +308,10 @@ const churnKeys = 16
 // childChurn waits for "go", then for the given duration spends on keys
 // chosen by the time (two per τ-long epoch, so slots keep changing hands)
 // and reports. Mode "at" passes times up to SLUICE_SB_SEED ns behind its
-// clock reading (a stale-dated or preempted caller); mode "live" lets the table read the clock and brackets
-// each call with its own readings.
+// clock reading (a stale-dated or preempted caller); mode "live" lets the
+// table read the clock and brackets each call with its own readings; mode
+// "flat" is "live" on keys chosen at random. SLUICE_SB_KEYS, if set, is the
+// number of keys (default churnKeys).
 func childChurn() error {
 	p, slots := decodePolicy()
 	c, err := p.canon()
@@ -317,18 +325,30 @@ func childChurn() error {
 	defer tb.Close()
 	dur, _ := time.ParseDuration(os.Getenv(durEnv))
 	skew, _ := strconv.ParseInt(os.Getenv(seedEnv), 10, 64)
-	live := os.Getenv(modeEnv) == "live"
-	names := make([]string, churnKeys)
+	mode := os.Getenv(modeEnv)
+	live := mode == "live" || mode == "flat"
+	nkeys := churnKeys
+	if n, err := strconv.Atoi(os.Getenv(keysEnv)); err == nil {
+		nkeys = n
+	}
+	names := make([]string, nkeys)
 	index := map[uint64]int{}
 	for i := range names {
 		names[i] = "churn-" + strconv.Itoa(i)
 		index[tb.hk.hash(names[i])] = i
 	}
 	excluded := map[int]bool{}
+	res := churnResult{Allowed: make([][][3]int64, nkeys), Events: make([][]int64, nkeys)}
 	var mu sync.Mutex
-	mark := func(h uint64) { mu.Lock(); excluded[index[h]] = true; mu.Unlock() }
+	mark := func(h uint64) {
+		if k, ok := index[h]; ok {
+			mu.Lock()
+			excluded[k] = true
+			res.Events[k] = append(res.Events[k], Now())
+			mu.Unlock()
+		}
+	}
 	testHookEvict, testHookDuplicate = mark, mark
-	res := churnResult{Allowed: make([][][3]int64, churnKeys)}
 	r := rand.New(rand.NewPCG(uint64(os.Getpid()), 5))
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println("ready")
@@ -347,7 +367,10 @@ func childChurn() error {
 		// Two keys per τ-long epoch, one shared with the next epoch, so a
 		// few keys are live at once and slots change hands rather than
 		// being evicted.
-		k := int(at/c.tau()+r.Int64N(2)) % churnKeys
+		k := int(at/c.tau()+r.Int64N(2)) % nkeys
+		if mode == "flat" {
+			k = r.IntN(nkeys)
+		}
 		cost := 1 + r.Int64N(c.burst)
 		var ok bool
 		hi := at
@@ -367,4 +390,26 @@ func childChurn() error {
 	}
 	res.Counts = tb.Counters()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// childClaim spends one token on a new key on every call, from two
+// goroutines (keys seen about once, like client IPs: every call claims a
+// slot), until it is killed.
+func childClaim() error {
+	p, slots := decodePolicy()
+	tb, err := Open(os.Getenv(pathEnv), p, WithSlots(slots))
+	if err != nil {
+		return err
+	}
+	prefix := "ip-" + strconv.Itoa(os.Getpid()) + "-"
+	var n atomic.Int64
+	for range 2 {
+		go func() {
+			for {
+				tb.Allow(prefix + strconv.FormatInt(n.Add(1), 10))
+			}
+		}()
+	}
+	fmt.Println("ready")
+	select {}
 }

@@ -37,22 +37,35 @@
 // in [s, e], summed over every process, never exceed b + (e−s)/T. There is no
 // slack in that bound. It holds for every interleaving of live calls
 // (including a caller preempted between its clock read and its probe while
-// its key's slot changed hands) and for …At calls whose times lie within
-// [MaxSkew] of one another. The only events that loosen it are:
+// its key's slot changed hands), for …At calls whose times lie within
+// [MaxSkew] of one another, and whichever processes are killed or stopped
+// at whatever instruction. The only events that loosen it are these, each
+// counted in [Stats] by the process that meets it, and each worth at most
+// one burst (a full bucket) to one key:
 //
-//   - an eviction (counted in [Stats].Evicted): more keys live at once than
-//     a probe window holds; the evicted key starts over with a full bucket;
+//   - an eviction (Stats.Evicted): more keys live at once than a probe
+//     window holds; the evicted key starts over with a full bucket;
 //   - a call given up under contention (Stats.Contended), allowed unless
-//     the handle was opened with [FailClosed];
+//     the handle was opened with [FailClosed] (that one call);
 //   - a duplicate claim (Stats.Duplicates): the first requests for a new key
 //     from two processes at once, when one of them is held up mid-claim,
 //     can give the key two slots for a moment; spends on the one given back
 //     are forgotten, once;
-//   - [Table.Reset] and [Table.Forget], which are explicit;
-//   - a process killed in the middle of moving a slot to a new key (a few
-//     instructions): at most that slot's old owner's in-flight spend;
+//   - a lock taken over (Stats.Recovered): a process killed or stopped while
+//     it moves a slot to a new key leaves the slot locked; once the lock is
+//     [LockTimeout] old, or its process is gone, the next claim that looks
+//     at it takes it over, and the key the slot was leaving may start over
+//     with a full bucket;
+//   - damage: a word of the file changed other than by this package (see
+//     Files), found impossible and reset (Stats.Corrupt) or not;
 //   - …At times further apart than MaxSkew, which look like damaged words
-//     and are repaired.
+//     and are repaired to empty buckets (Stats.Corrupt; tighter, not looser);
+//   - [Table.Reset] and [Table.Forget], which are explicit and not counted.
+//
+// No slot stays locked longer than LockTimeout after its holder stops:
+// every claim that looks at an older lock, and every Stats call, takes it
+// over. Nothing corrupt or abandoned makes a key unlimited, nor shuts it
+// out for good.
 //
 // # Slots
 //
@@ -74,15 +87,23 @@
 // share for the victim, never less.
 //
 // Moving a slot to a new key is a short protocol of single-word CASes: the
-// old owner's floor is raised, the key word is locked (its top bit), the TAT
-// is replaced with a value no earlier reader holds, and the new key is
-// published. A spend reads the TAT, then checks the key word, then CASes the
-// TAT, so it lands on its own key's bucket or not at all. Each key's hash
-// picks one of 256 floor words in the file's first page: the latest time at
-// which a bucket of a key in that group was full and lost its slot. A new
-// bucket starts at its key's floor, so a decision dated before the floor
-// (a stale …At time; a live caller re-reads the clock instead) sees the debt
-// the lost bucket could still have had rather than a fresh bucket.
+// old owner's floor is raised, the key word is locked (its top bit set, with
+// the claim's time and process id in the other bits), the TAT is replaced
+// with a value no earlier reader holds, and the new key is published. A
+// spend reads the TAT, then checks the key word, then CASes the TAT, so it
+// lands on its own key's bucket or not at all. A lock whose holder died or
+// stopped is taken over once it is LockTimeout old (or, by a claim that
+// waited on it, as soon as its process no longer exists); a holder that
+// wakes after that writes nothing more to the slot, since each of its
+// remaining writes is a CAS that the take-over makes fail.
+//
+// Each key's hash picks one of 256 floor words in the file's first page:
+// the latest time at which a bucket of a key in that group was full and
+// lost its slot. A new bucket starts full at its claim's time (a fresh
+// clock reading for a live caller), or at its key's floor if that is
+// later, so a decision dated before either (a caller held up since its
+// clock read, a stale …At time) sees the debt the key could still have
+// rather than a fresh bucket.
 //
 // # Files
 //
@@ -102,14 +123,29 @@
 // [DefaultDir] is the default place (a tmpfs directory private to the user
 // where there is one).
 //
+// Who may write a table file: every process that can open it for writing
+// (its owner's; a group's too with [WithMode]). Each of them can set any
+// bucket to anything, so each is trusted as far as the limits are. What a
+// write outside this package's protocol (a bug, a stray write, a flipped
+// bit) can do is bounded: a damaged word forgives at most one key's bucket
+// once (b tokens; to a decision held up across the damage, also the time
+// it was held up, a token per T) or delays one key by at most b·T +
+// MaxSkew. A word no process could have written (a TAT beyond now + b·T +
+// MaxSkew, a lock dated beyond MaxSkew ahead or without a process id, a key
+// outside its probe window) is reset by the next call that meets it and
+// counted in Stats.Corrupt; the bound holds again from the next call. A
+// damaged header is refused at Open; a header changed later changes
+// nothing, since each process keeps its own copy.
+//
 // # Upgrades
 //
-// The file format has a version (3 since the key hash changed).
-// A process refuses a file of another version with ErrCorrupt naming both
-// versions, rather than share it: two versions that hash keys differently
-// would each keep their own bucket for a key and split its limit. So an old
-// and a new binary never share a table file: whichever finds a file made by
-// the other fails at Open. To upgrade, stop every process using the tables,
+// The file format has a version (4 since lock words carry a time; 3 since
+// the key hash changed). A process refuses a file of another version with
+// [ErrVersion], naming both versions and what to do, rather than share it:
+// two versions that hash keys or lock slots differently would split a key's
+// limit, or wait on each other's locks. So an old and a new binary never
+// share a table file: whichever finds a file made by the other fails at
+// Open. To upgrade, stop every process using the tables,
 // remove their files (an Arena's are dir/*.sbt, see [TableExt]; every bucket
 // starts full again), and start them all on the new version.
 //

@@ -4,6 +4,7 @@ package sharedbucket
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -168,27 +169,51 @@ func TestCorrupt(t *testing.T) {
 		damage func(t *testing.T, path string)
 		want   string
 	}{
-		"flipped policy byte": {func(t *testing.T, p string) { flip(t, p, 90) }, "checksum"},
-		"flipped crc byte":    {func(t *testing.T, p string) { flip(t, p, crcOffset) }, "checksum"},
-		"bad magic":           {func(t *testing.T, p string) { patch(t, p, 0, []byte("NOTATABL")) }, "magic"},
-		"truncated":           {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, headerSize+64)) }, "truncated"},
-		"shorter than header": {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 100)) }, "shorter than a header"},
-		"empty":               {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 0)) }, "shorter than a header"},
-		"future version": {rewrite(map[int]uint64{8: formatVersion + 1}),
-			"format version 4, this code reads 3: a table made by a newer version; run every process that shares it on one version"},
-		// A version 2 file (SipHash-1-3, hash id 1): its processes put keys
-		// elsewhere, so sharing it would split every key's limit.
-		"version 2 (SipHash)": {rewrite(map[int]uint64{8: 2, 120: 1}),
-			"format version 2, this code reads 3: a table made by an older version, whose processes hash keys differently; " +
-				"stop every process using it, remove the file, and run them all on this version"},
-		"version 1":                     {rewrite(map[int]uint64{8: 1}), "format version 1, this code reads 3"},
-		"version 3 with the SipHash id": {rewrite(map[int]uint64{120: 1}), "hash id 1"},
+		"flipped policy byte":           {func(t *testing.T, p string) { flip(t, p, 90) }, "checksum"},
+		"flipped crc byte":              {func(t *testing.T, p string) { flip(t, p, crcOffset) }, "checksum"},
+		"bad magic":                     {func(t *testing.T, p string) { patch(t, p, 0, []byte("NOTATABL")) }, "magic"},
+		"truncated":                     {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, headerSize+64)) }, "truncated"},
+		"shorter than header":           {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 100)) }, "shorter than a header"},
+		"empty":                         {func(t *testing.T, p string) { require.NoError(t, os.Truncate(p, 0)) }, "shorter than a header"},
+		"version 4 with the SipHash id": {rewrite(map[int]uint64{120: 1}), "hash id 1"},
 		"bad slot count":                {rewrite(map[int]uint64{32: 12}), "slot count 12"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := corruptCase(t, func(p string) { tc.damage(t, p) })
 			require.ErrorIs(t, err, ErrCorrupt)
+			assert.NotErrorIs(t, err, ErrVersion)
 			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestOtherVersion: a valid file of another format version is refused with
+// ErrVersion (not ErrCorrupt: nothing is damaged), with both versions and
+// what to do, and left untouched.
+func TestOtherVersion(t *testing.T) {
+	for name, tc := range map[string]struct {
+		damage func(t *testing.T, path string)
+		want   string
+	}{
+		"future version": {rewrite(map[int]uint64{8: formatVersion + 1}),
+			"format version 5, this code reads 4: a table made by a newer version; run every process that shares it on one version"},
+		// A version 3 file: its lock words name the old owner, not a time,
+		// so its processes and these would wait on each other's locks for
+		// ever or take them over at once.
+		"version 3 (owner locks)": {rewrite(map[int]uint64{8: 3}),
+			"format version 3, this code reads 4: a table made by an older version, whose processes hash keys or lock slots differently; " +
+				"stop every process using it, remove the file, and run them all on this version"},
+		// A version 2 file (SipHash-1-3, hash id 1): its processes put keys
+		// elsewhere, so sharing it would split every key's limit.
+		"version 2 (SipHash)": {rewrite(map[int]uint64{8: 2, 120: 1}), "format version 2, this code reads 4: a table made by an older version"},
+		"version 1":           {rewrite(map[int]uint64{8: 1}), "format version 1, this code reads 4"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := corruptCase(t, func(p string) { tc.damage(t, p) })
+			require.ErrorIs(t, err, ErrVersion)
+			assert.NotErrorIs(t, err, ErrCorrupt)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Contains(t, err.Error(), "c.sbt", "the error names the file")
 		})
 	}
 }
@@ -359,7 +384,8 @@ func TestCloseUnderLoad(t *testing.T) {
 }
 
 // FuzzDecodeHeader: any first page either decodes to a header whose
-// numbers are safe to map and compute with, or is ErrCorrupt; never a panic.
+// numbers are safe to map and compute with, or is ErrCorrupt (ErrVersion
+// for another format version); never a panic.
 func FuzzDecodeHeader(f *testing.F) {
 	good := (&header{slots: 64, total: headerSize + 64*slotSize, canon: canon{interval: 1e6, burst: 10},
 		limit: 1000, window: time.Second, k0: 1, k1: 2}).encode()
@@ -369,7 +395,9 @@ func FuzzDecodeHeader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := decodeHeader(b)
 		if err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
+			if !errors.Is(err, ErrVersion) {
+				require.ErrorIs(t, err, ErrCorrupt)
+			}
 			return
 		}
 		require.Equal(t, headerSize+int64(h.slots)*slotSize, h.total)

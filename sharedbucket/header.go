@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// File format, version 3. All integers little-endian at 8-byte offsets.
+// File format, version 4. All integers little-endian at 8-byte offsets.
 //
 //	0    magic "SLUICEBT"
-//	8    format version (3)
+//	8    format version (4)
 //	16   header size (4096)
 //	24   slot size (16)
 //	32   slot count (a power of two)
@@ -32,19 +32,29 @@ import (
 // The header is immutable once the file has a name. Bytes [2048, 4096) of
 // the first page hold 256 floor words (int64 clock readings, see
 // Table.claim); the rest is reserved. Slots follow at 4096: {key uint64, tat
-// int64}, where key is the keyed hash of the key (0 = empty) and tat is the
-// theoretical arrival time in ns of the clock named at 56 (≤ now means a full
-// bucket).
+// int64}, where key is the keyed hash of the key (0 = empty; top bit set: a
+// lock word, see lockWord) and tat is the theoretical arrival time in ns of
+// the clock named at 56 (≤ now means a full bucket).
+//
+// Who may write the file: every process that can open it for writing (its
+// owner's, or a group's granted by WithMode), and each may change any
+// bucket. The creator writes the header once, before the file has a name;
+// after that only the slots and floors change, and only through the slot
+// protocol. Anything else written there is damage, which the package doc
+// ("Files") bounds: at most a burst for one key per damaged word, impossible
+// words reset and counted (Stats.Corrupt), never a key without a limit.
 //
 // Versions: 2 changed the slot protocol (key words of 63 bits, a lock bit,
 // floors); 3 changed the hash (SipHash-1-3, hash id 1, to hash id 2), which
-// decides both where a key lives and the key word stored for it. Processes
-// that hashed differently would each find their own slot for a key and
-// split its limit, so a file of any other version is refused with
-// ErrCorrupt, never read.
+// decides both where a key lives and the key word stored for it; 4 changed
+// the lock word (the old owner's hash, to the locker's time and process id),
+// so that a lock whose holder died can be taken over. Processes of two
+// versions would split a key's limit (3 and 4: would each wait for the
+// other's locks for ever or take them over at once), so a file of any other
+// version is refused with ErrVersion, never read.
 const (
 	magic         = "SLUICEBT"
-	formatVersion = 3
+	formatVersion = 4
 	headerSize    = 4096
 	slotSize      = 16
 	hashMulFold   = 2 // hash id, see hasher
@@ -104,6 +114,9 @@ func decodeHeader(buf []byte) (*header, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 	}
+	version := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrVersion, fmt.Sprintf(format, args...))
+	}
 	if len(buf) < headerSize {
 		return nil, bad("header is %d bytes, want %d", len(buf), headerSize)
 	}
@@ -115,10 +128,10 @@ func decodeHeader(buf []byte) (*header, error) {
 		// Why refuse rather than convert: processes of the other version may
 		// be using the file right now, and they would place keys elsewhere.
 		if v < formatVersion {
-			return nil, bad("format version %d, this code reads %d: a table made by an older version, whose processes hash keys differently; "+
+			return nil, version("format version %d, this code reads %d: a table made by an older version, whose processes hash keys or lock slots differently; "+
 				"stop every process using it, remove the file, and run them all on this version", v, formatVersion)
 		}
-		return nil, bad("format version %d, this code reads %d: a table made by a newer version; "+
+		return nil, version("format version %d, this code reads %d: a table made by a newer version; "+
 			"run every process that shares it on one version (or remove the file once none uses it)", v, formatVersion)
 	}
 	if got, want := le.Uint32(buf[crcOffset:]), crc32.Checksum(buf[:crcOffset], castagnoli); got != want {

@@ -28,20 +28,21 @@ const MaxSkew = time.Second
 // reading is at most a preemption old when it is used. So a TAT more than
 // τ + repairSlack ahead of a fresh reading is a damaged word (or comes from a
 // caller of an …At method whose clock is more than MaxSkew behind the
-// others'): the allow path rewrites it to now+τ ("empty"), so a garbage word
-// costs at most one bucket's worth of waiting instead of an arbitrary
-// lockout.
+// others'): a spend or a claim that meets it rewrites it to now+τ ("empty")
+// and counts it in Corrupt, so a garbage word costs at most one bucket's
+// worth of waiting instead of an arbitrary lockout. The comparison is the
+// one the spend already makes to deny, so the hot path pays nothing for it.
 const repairSlack = int64(MaxSkew)
 
 // lockBit marks a key word whose slot is changing owner (see takeOver); the
-// other 63 bits name the owner being replaced (0 for an empty slot). Hashes
-// never have it set.
+// other 63 bits say when and by which process (see lockWord). Hashes never
+// have it set.
 const lockBit = uint64(1) << 63
 
 // slot is one key's state in the shared mapping. Both words change only by
 // atomic operations; see the package doc for their meaning.
 type slot struct {
-	key atomic.Uint64 // keyed hash of the key; 0 = empty; lockBit: changing owner
+	key atomic.Uint64 // keyed hash of the key; 0 = empty; lockBit: changing owner (lockWord)
 	tat atomic.Int64  // theoretical arrival time, CLOCK_MONOTONIC ns
 }
 
@@ -71,7 +72,7 @@ type Table struct {
 	closed     atomic.Bool  // set once, by Close
 
 	counts *counters     // per-P allowed/denied
-	rare   *rareCounters // evicted, contended
+	rare   *rareCounters // evicted, contended, duplicates, recovered, corrupt
 
 	base   unsafe.Pointer // mapping start
 	size   uintptr        // mapping length
@@ -88,7 +89,9 @@ type rareCounters struct {
 	evicted    atomic.Uint64
 	contended  atomic.Uint64
 	duplicates atomic.Uint64
-	_          [40]byte
+	recovered  atomic.Uint64 // locks taken over from stopped holders
+	corrupt    atomic.Uint64 // impossible words reset
+	_          [24]byte
 }
 
 func newTable(path string, mem unsafe.Pointer, h *header, cfg *config) *Table {
@@ -370,10 +373,11 @@ func (t *Table) spend(s *slot, h uint64, cost, now int64, refresh bool) (int, in
 }
 
 // repair rewrites a TAT that lies more than τ + repairSlack ahead of now to
-// now+τ (an empty bucket) and returns the debt it leaves. With the live
-// clock it first re-reads the clock, so a caller that slept between its
-// reading and its load (SIGSTOP, a long preemption) cannot mistake a fresh
-// TAT for a damaged one.
+// now+τ (an empty bucket: the bound holds from the next call, and no debt a
+// real bucket could have is forgiven) and returns the debt it leaves,
+// counting the rewrite in Corrupt. With the live clock it first re-reads
+// the clock, so a caller that slept between its reading and its load
+// (SIGSTOP, a long preemption) cannot mistake a fresh TAT for a damaged one.
 func (t *Table) repair(s *slot, tat, now int64, refresh bool) int64 {
 	if refresh {
 		now = t.now()
@@ -381,7 +385,9 @@ func (t *Table) repair(s *slot, tat, now int64, refresh bool) int64 {
 			return max(tat-now, 0)
 		}
 	}
-	s.tat.CompareAndSwap(tat, now+t.tau)
+	if s.tat.CompareAndSwap(tat, now+t.tau) {
+		t.rare.corrupt.Add(1)
+	}
 	return t.tau
 }
 
@@ -423,7 +429,6 @@ const (
 // clock instead, so it is dated after the floor and loses nothing.
 func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 	home := h & t.mask
-rounds:
 	for round := range maxClaimRounds {
 		var pick *slot
 		var pk, ppos uint64
@@ -431,28 +436,31 @@ rounds:
 		kind := takeEvict + 1
 		locked := false
 		for i := range uint64(probeWindow) {
-			s := slotAt(t.slots, (home+i)&t.mask)
+			j := (home + i) & t.mask
+			s := slotAt(t.slots, j)
 			k := s.key.Load()
+			if k&lockBit != 0 || k != 0 && !t.inWindow(k, j) {
+				if !t.clearSlot(s, k, now, live, round == maxClaimRounds/2-1) {
+					locked = true // another claim is under way here
+					continue
+				}
+				k = 0
+			}
 			switch {
 			case k == h:
 				return s, now // claimed by someone else since our first pass
-			case k == h|lockBit:
-				// Our own bucket, being taken over: take it back as it is.
-				// Another caller may have claimed a new slot for h
-				// meanwhile, so this is a claim like any other: settle.
-				if s.key.CompareAndSwap(k, h) {
-					return t.settle(h, home, i, s), now
-				}
-				continue rounds
-			case k&lockBit != 0:
-				locked = true // another claim is under way here
-				continue
 			case k == 0:
 				if kind > takeEmpty {
 					pick, pk, ppos, kind = s, k, i, takeEmpty
 				}
 			default:
 				tat := s.tat.Load()
+				if tat > now && tat-now > t.tau+repairSlack {
+					// Impossible (see repairSlack): whether its key is
+					// real or garbage, make it an empty bucket that
+					// refills, so the slot does not stay live for ever.
+					tat = now + t.repair(s, tat, now, live)
+				}
 				c := takeEvict
 				if tat <= now {
 					c = takeReclaim
@@ -466,8 +474,10 @@ rounds:
 			// Why wait: the claim under way may be for h too (racing first
 			// requests for a new key, from several processes at once);
 			// taking another slot now would give h two. A claim holds its
-			// lock for a few CASes, so this wait is short; a locker that
-			// died mid-claim costs claims in this window the wait.
+			// lock for a few CASes, so this wait is short. A locker that
+			// died mid-claim costs claims in this window the wait until, at
+			// the last waiting round, its process is found gone, or its
+			// lock is LockTimeout old (see clearSlot).
 			runtime.Gosched()
 			continue
 		}
@@ -487,45 +497,88 @@ rounds:
 	return nil, now
 }
 
+// inWindow reports whether slot j lies in the probe window of key word k:
+// no claim puts a key anywhere else, so a key word outside is damage.
+func (t *Table) inWindow(k, j uint64) bool { return (j-k)&t.mask < probeWindow }
+
+// clearSlot empties slot s, whose key word k is a lock or a key outside its
+// probe window, if it may (see unlock): a key outside its window, or an
+// invalid lock, at once (counted in Corrupt); a lock LockTimeout old, or
+// one whose process is gone (asked only with ask set: a syscall), counted
+// in Recovered. It reports whether the slot is now empty of k.
+func (t *Table) clearSlot(s *slot, k uint64, now int64, live, ask bool) bool {
+	st := lockInvalid
+	if k&lockBit != 0 {
+		st = t.judgeLock(k, now, live)
+		if st == lockHeld && ask && holderGone(k) {
+			st = lockStale
+		}
+	}
+	return st != lockHeld && t.unlock(s, k, st)
+}
+
 // takeOver moves slot s from key word k to h. Every step is one CAS, in an
 // order that keeps every other party's view safe:
 //
 //  1. raise the old owner's floor to now (before anyone can miss it);
-//  2. lock the key word (k → k|lockBit): the old owner's spends now fail
-//     their key check, and other claimers skip the slot;
+//  2. lock the key word (k → a lock word with this claim's time and
+//     process id): the old owner's spends now fail their key check, and
+//     other claimers skip the slot;
 //  3. read h's floor (only now: any earlier incarnation of h that has lost
 //     its slot raised it before its slot was locked) and replace the TAT
-//     with h's starting value, at least the floor. It differs from (for a
-//     reclaim: exceeds) the TAT read, so no spend by the old owner that read
-//     that TAT earlier can land afterwards. A reclaim whose bucket turned
-//     live again meanwhile is abandoned and the key word restored;
+//     with h's starting value: a bucket full at the claim's time, or at the
+//     floor if that is later. It differs from (for a reclaim: exceeds) the
+//     TAT read, so no spend by the old owner that read that TAT earlier can
+//     land afterwards. A reclaim whose bucket turned live again meanwhile is
+//     abandoned and the key word restored;
 //  4. publish h in the key word.
 //
-// A process killed between 2 and 4 leaves the slot locked until its old
-// owner comes back for it (claim restores a locked slot to its owner).
+// Why the bucket starts at the claim's time (a fresh reading for a live
+// caller) and not at the floor alone: a bucket full since some earlier time
+// would serve a decision dated before the bucket existed (a caller of h
+// held up between its clock read and its spend, or an …At time a little
+// behind) with a full burst, on top of what h's previous bucket gave for
+// that time. Started at the claim's time, such a decision sees the debt
+// of a bucket that filled up only by then.
+//
+// A process killed or stopped between 2 and 4 leaves the slot locked; the
+// next claim takes the lock over once it is LockTimeout old or its process
+// is gone (see unlock for why that is safe even if the holder wakes).
 func (t *Table) takeOver(s *slot, k, h uint64, now int64, live bool, kind int) (bool, int64) {
+	if live {
+		now = t.now() // the claim's time (see above)
+	}
 	if k != 0 {
 		t.raiseFloor(k, now)
 	}
-	lock := k | lockBit
+	stamp := now
+	if live && t.coarse != nil {
+		// A lock's time is a fresh reading taken after the scan saw the
+		// slot free (see unlock), not the coarse clock's, which may lag.
+		stamp = nanotime()
+	}
+	lock := lockWord(stamp)
 	if !s.key.CompareAndSwap(k, lock) {
 		return false, now
+	}
+	if testHookTakeOver != nil {
+		testHookTakeOver(s, 1)
 	}
 	var floor int64
 	floor, now = t.floorFor(h, now, live)
 	for {
 		w := s.tat.Load()
 		if s.key.Load() != lock {
-			return false, now // the old owner took its slot back
+			return false, now // taken over as stale (see unlock)
 		}
-		init := floor
+		init := max(floor, now)
 		switch {
 		case kind == takeReclaim && w > now:
 			// The owner spent since we looked: its bucket is live again.
 			s.key.CompareAndSwap(lock, k)
 			return false, now
 		case kind == takeReclaim:
-			init = max(floor, w+1)
+			init = max(init, w+1)
 		case init == w:
 			init++
 		}
@@ -533,10 +586,13 @@ func (t *Table) takeOver(s *slot, k, h uint64, now int64, live bool, kind int) (
 			break
 		}
 	}
+	if testHookTakeOver != nil {
+		testHookTakeOver(s, 2)
+	}
 	if kind == takeEvict {
 		t.rare.evicted.Add(1)
 		if testHookEvict != nil {
-			testHookEvict(k &^ lockBit)
+			testHookEvict(k)
 		}
 	}
 	return s.key.CompareAndSwap(lock, h), now
@@ -556,6 +612,10 @@ func (t *Table) floorFor(h uint64, now int64, live bool) (int64, int64) {
 	}
 	return floor, now
 }
+
+// testHookTakeOver, when set (by tests), is called in takeOver with the
+// slot once it is locked (step 1) and once its TAT is replaced (step 2).
+var testHookTakeOver func(s *slot, step int)
 
 // testHookEvict, when set (by tests), is called with each evicted owner.
 var testHookEvict func(owner uint64)
@@ -588,16 +648,10 @@ func (t *Table) settle(h, home, pos uint64, s *slot) *slot {
 			continue
 		}
 		o := slotAt(t.slots, (home+i)&t.mask)
-		switch o.key.Load() {
-		case h:
-		case h | lockBit:
-			// Another incarnation of h, claimed while we claimed ours and
-			// now losing its slot: its debt went into h's floor when it was
-			// locked, perhaps after we read the floor. Take it over.
-			t.duplicate(h)
-			t.raiseTAT(s, t.floorWord(h).Load())
-			continue
-		default:
+		// (Another incarnation of h that is losing its slot right now, its
+		// key word locked, raised h's floor before the lock; claim carries
+		// the floor over after settling.)
+		if o.key.Load() != h {
 			continue
 		}
 		t.duplicate(h)

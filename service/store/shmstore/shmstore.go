@@ -129,6 +129,13 @@ func parseFileName(name string) (id tableID, ok bool) {
 	return id, true
 }
 
+// opened returns p's table if it is open, else nil.
+func (s *Store) opened(p store.Policy) *sharedbucket.Table {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tables[tableID{p.Interval(), p.Burst}]
+}
+
 // Allow implements store.Store. It never blocks and ignores ctx.
 func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
 	if s.closed.Load() {
@@ -161,14 +168,31 @@ func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy)
 // table, and so these counts. Counts are this process's: other processes
 // sharing the tables count their own.
 func (s *Store) Evictions(p store.Policy) (evicted, contended uint64) {
-	s.mu.RLock()
-	t := s.tables[tableID{p.Interval(), p.Burst}]
-	s.mu.RUnlock()
+	t := s.opened(p)
 	if t == nil {
 		return 0, 0
 	}
 	c := t.Counters()
 	return c.Evicted, c.Contended
+}
+
+// SlotHealth reports, for p's table: the slots locked right now (a claim
+// under way, or a process that died or stopped while it moved a slot to a
+// new key less than sharedbucket.LockTimeout ago; all processes), the locks
+// this store took over from such processes (each may let one key start
+// over with a full bucket), and the impossible words it found in the table
+// and reset (damage; see sharedbucket.Stats). Zeros if p's table is not
+// open. It walks the table (sharedbucket.Table.Stats: a load or two per
+// slot) and on the way takes over the locks LockTimeout old, so a scrape
+// keeps dead locks from lingering. Policies with the same rate and burst
+// share one table, and so these figures.
+func (s *Store) SlotHealth(p store.Policy) (locked int, recovered, corrupt uint64) {
+	t := s.opened(p)
+	if t == nil {
+		return 0, 0, 0
+	}
+	st := t.Stats()
+	return st.Locked, st.Recovered, st.Corrupt
 }
 
 // Slots returns the slot count of the store's tables: what -shm-slots set.
