@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -292,14 +291,18 @@ func (t *RoundTripper) learn(ctx context.Context, resp *http.Response) bool {
 
 // retryAfter parses Retry-After: delay-seconds, or an HTTP-date taken
 // relative to the response's own Date when it has one (so clock skew between
-// us and the server does not matter).
+// us and the server does not matter). Every "later" it returns is at most
+// MaxHold, however far off the figure or the date (time.Time.Sub saturates;
+// a four-digit year cannot overflow it); a date already past is no wait.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0, false
 	}
-	if n, err := strconv.ParseUint(v, 10, 63); err == nil {
-		return time.Duration(min(n, uint64(MaxHold/time.Second))) * time.Second, true
+	// Digits however many: a figure too large for any integer type is a
+	// long wait (MaxHold), not a value to ignore, which would mean none.
+	if n, ok := parseDigits(v); ok {
+		return time.Duration(min(n, int64(MaxHold/time.Second))) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
@@ -309,7 +312,7 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
 		ref = date
 	}
-	return max(0, at.Sub(ref)), true
+	return min(max(0, at.Sub(ref)), MaxHold), true
 }
 
 // rateLimitWait reads the RateLimit field: the longest t among the service
