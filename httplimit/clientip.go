@@ -329,10 +329,15 @@ func parseNode(s string) (netip.Addr, string, bool) {
 		host = h
 	}
 	a, err := netip.ParseAddr(host)
-	if err != nil || a.IsUnspecified() {
+	if err != nil {
 		return netip.Addr{}, "", false
 	}
-	return a.WithZone("").Unmap(), host, true
+	// Normalized before the check: "::%0" and "::ffff:0.0.0.0" are
+	// unspecified too.
+	if a = a.WithZone("").Unmap(); a.IsUnspecified() {
+		return netip.Addr{}, "", false
+	}
+	return a, host, true
 }
 
 // validPort reports whether p is a port as RFC 7239 §6 writes one: up to

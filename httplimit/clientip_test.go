@@ -187,6 +187,8 @@ func TestClientIPLayouts(t *testing.T) {
 		{"chain, client skips the CDN", proxy, xff("203.0.113.50, 198.18.0.1"), chain, "198.18.0.1"},
 		{"chain, every hop trusted", proxy, xff("198.51.100.20"), chain, "198.51.100.20"},
 		{"chain, unknown behind the CDN", proxy, xff("unknown, 198.51.100.20"), chain, "198.51.100.20"},
+		{"chain, unspecified behind the CDN", proxy, xff("1.1.1.1, ::ffff:0.0.0.0, 198.51.100.20"), chain, "198.51.100.20"},
+		{"chain, unspecified with a zone behind the CDN", proxy, xff("1.1.1.1, ::%0, 198.51.100.20"), chain, "198.51.100.20"},
 		{"chain, garbage behind the CDN", proxy, xff("1.1.1.1, not-an-ip, 198.51.100.20"), chain, "198.51.100.20"},
 		{"chain of RFC 7239 proxies", proxy, fwd("for=1.1.1.1, for=203.0.113.9, for=198.51.100.20;by=10.0.0.2"), chainFwd, "203.0.113.9"},
 		{"chain, empty entries", proxy, xff(", 203.0.113.9,, 198.51.100.20 ,"), chain, "203.0.113.9"},

@@ -79,7 +79,8 @@ type mwConfig struct {
 // proxy that wrote it. When every hop is trusted, the farthest is the client.
 // So a header is believed only when a trusted proxy is the peer, only as far
 // back as trusted proxies wrote it, and a header the trusted proxies do not
-// write is never read.
+// write is never read: Forwarded is read only when ProxyHeader names it, so
+// proxies that write Forwarded need ProxyHeader("Forwarded").
 //
 // The address is normalized before it becomes the key: an IPv4-mapped IPv6
 // address is the IPv4 address, IPv6 is in canonical form with its zone

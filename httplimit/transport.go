@@ -39,7 +39,10 @@ type burstSetter interface {
 
 // MaxHold caps how long a Retry-After or RateLimit field can hold a
 // Transport's queue: a server that answers "come back in a year" gets an
-// hour, and a caller's ctx deadline ends the wait sooner anyway.
+// hour, and a caller's ctx deadline ends the wait sooner anyway. Every
+// figure that means "later" holds, however large: a Retry-After or a
+// RateLimit t= with more digits than an int64 has holds, as any figure over
+// an hour does, for MaxHold, never for nothing.
 const MaxHold = time.Hour
 
 // ErrHeldPastDeadline is returned, wrapped together with
