@@ -81,7 +81,9 @@ func fuzzClientIP(f *testing.F, header string) {
 			requireCanonicalKey(t, key, bits)
 			a, text := k.walk(lines, peer, "10.0.0.2")
 			require.Equal(t, key, k.keyOf(a, text))
-			require.True(t, text == "10.0.0.2" || strings.Contains(sent, text), "key %q from text %q", key, text)
+			// A quoted for= value comes unescaped ("::1\0" is ::10).
+			require.True(t, text == "10.0.0.2" || strings.Contains(strings.ReplaceAll(sent, `\`, ""), text),
+				"key %q from text %q", key, text)
 
 			r.RemoteAddr = "198.51.100.7:41000"
 			key, err = k.key(r)
