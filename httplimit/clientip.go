@@ -170,11 +170,18 @@ func (k *ipKeyer) walk(lines []string, last netip.Addr, lastText string) (netip.
 // v6bits, IPv4 (and IPv6 with v6bits 128) as the canonical text, which is
 // text itself, not a copy, when text was written canonically.
 func (k *ipKeyer) keyOf(a netip.Addr, text string) string {
-	if a.Is6() && k.v6bits < 128 {
-		return netip.PrefixFrom(a, k.v6bits).Masked().String()
+	if a.Is4() && strings.IndexByte(text, ':') < 0 {
+		// netip.ParseAddr reads IPv4 strictly (four decimal octets, no
+		// leading zeros): what it accepts is canonical already.
+		return text
 	}
-	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")]byte
-	b := a.AppendTo(buf[:0])
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255/128")]byte
+	var b []byte
+	if a.Is6() && k.v6bits < 128 {
+		b = netip.PrefixFrom(a, k.v6bits).Masked().AppendTo(buf[:0])
+	} else {
+		b = a.AppendTo(buf[:0])
+	}
 	if string(b) == text {
 		return text
 	}
@@ -321,12 +328,14 @@ func parseNode(s string) (netip.Addr, string, bool) {
 		if rest := s[end+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:])) {
 			return netip.Addr{}, "", false
 		}
-	case strings.Count(s, ":") == 1:
-		h, port, _ := strings.Cut(s, ":")
-		if !validPort(port) {
-			return netip.Addr{}, "", false
+	default:
+		// One colon is IPv4 with a port; more, a bare IPv6 address.
+		if c := strings.IndexByte(s, ':'); c >= 0 && strings.LastIndexByte(s, ':') == c {
+			if !validPort(s[c+1:]) {
+				return netip.Addr{}, "", false
+			}
+			host = s[:c]
 		}
-		host = h
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil {
