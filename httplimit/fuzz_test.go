@@ -82,7 +82,7 @@ func fuzzClientIP(f *testing.F, header string) {
 			a, text := k.walk(lines, peer, "10.0.0.2")
 			require.Equal(t, key, k.keyOf(a, text))
 			// A quoted for= value comes unescaped ("::1\0" is ::10).
-			require.True(t, text == "10.0.0.2" || strings.Contains(strings.ReplaceAll(sent, `\`, ""), text),
+			require.True(t, text == "10.0.0.2" || strings.Contains(sent, text) || strings.Contains(strings.ReplaceAll(sent, `\`, ""), text),
 				"key %q from text %q", key, text)
 
 			r.RemoteAddr = "198.51.100.7:41000"
