@@ -288,7 +288,8 @@ func TestNewMiddlewareErrors(t *testing.T) {
 }
 
 // TestAllowedPathAllocs: past the first request of a key, an allowed
-// request allocates nothing in the middleware (memory store, IP key).
+// request allocates nothing in the middleware (memory store, IPv4 key), and
+// one thing for an IPv6 key.
 func TestAllowedPathAllocs(t *testing.T) {
 	mem, clock := memory(t)
 	lim, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1e6, Burst: 200})
@@ -303,6 +304,15 @@ func TestAllowedPathAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 	assert.Equal(t, `"default";r=199;t=1`, w.h.Get("RateLimit"))
+
+	// An IPv6 client's key, its network in CIDR form, is built per request.
+	req.RemoteAddr = "[2001:db8::7]:4711"
+	h.ServeHTTP(w, req)
+	allocs = testing.AllocsPerRun(200, func() {
+		clock.Advance(time.Millisecond)
+		h.ServeHTTP(w, req)
+	})
+	assert.Equal(t, 1.0, allocs)
 }
 
 type nopWriter struct{ h http.Header }
