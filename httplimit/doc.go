@@ -21,6 +21,28 @@
 //	if err != nil { ... }
 //	http.ListenAndServe(":8080", lim.Handler(mux))
 //
+// # Client IP and proxy headers
+//
+// By default the middleware believes no header: the key is the address of
+// the TCP peer. Behind proxies, name them ([KeyByIP]("10.0.0.0/8")) and it
+// reads one header, the one those proxies append the address they saw to:
+// X-Forwarded-For, unless [ProxyHeader] says Forwarded (RFC 7239); the other
+// header is never read. The hops are that header's entries in order, then
+// the peer. Walking back from the peer past every trusted proxy, the first
+// address that is not one is the client. So the header counts only when a
+// trusted proxy is the peer, and only as far back as trusted proxies wrote
+// it: what the client wrote to the left of their entries is never read,
+// and a header the proxies leave alone (a Forwarded line a client adds in
+// front of a proxy that appends X-Forwarded-For) decides nothing. Reading
+// both headers cannot be made safe, since nothing in a request tells which
+// one a proxy wrote. An entry that names no address ("unknown", an
+// obfuscated "_hidden", anything unreadable) ends the walk at the last
+// address known, the trusted proxy that wrote it; it never fails the
+// request. Addresses are normalized before they become keys (IPv4-mapped
+// IPv6 as IPv4, canonical IPv6 text, no zone, no port), and an IPv6 client
+// is keyed by its /64 ([IPv6Prefix]), as a host can take any address of
+// its network.
+//
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
 // [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
 package httplimit

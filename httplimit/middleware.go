@@ -54,22 +54,42 @@ type Middleware struct {
 type MiddlewareOption func(*mwConfig)
 
 type mwConfig struct {
-	key      func(*http.Request) (string, error)
-	trusted  []string
-	limits   map[string]store.Policy
-	prefix   string
-	failOpen bool
-	timeout  time.Duration
-	log      *slog.Logger
-	err      error
+	key         func(*http.Request) (string, error)
+	trusted     []string
+	proxyHeader string
+	v6bits      int
+	limits      map[string]store.Policy
+	prefix      string
+	failOpen    bool
+	timeout     time.Duration
+	log         *slog.Logger
+	err         error
 }
 
-// KeyByIP limits by the client's IP address (the default). Forwarded and
-// X-Forwarded-For are believed only when the peer is one of trustedProxies
-// (IPs or CIDR prefixes, "10.0.0.0/8"), and only back through the chain of
-// trusted hops; with none given, the key is the peer address itself, which
-// nobody can forge. A request whose peer is not an IP (a server on a Unix
-// socket) gets 400 (ErrNoClientIP): key such servers by header or function.
+// KeyByIP limits by the client's IP address (the default).
+//
+// With no trustedProxies the key is the peer's address (the TCP
+// connection's), which no header can change. With them (IPs or CIDR
+// prefixes, "10.0.0.0/8"), the client is found by one rule: list the hops,
+// the entries of the proxy header (ProxyHeader: X-Forwarded-For unless it
+// says Forwarded) in order, then the peer; walk back from the peer past
+// every trusted proxy; the first address that is not a trusted proxy is the
+// client. An entry that names no address ("unknown", an obfuscated "_id",
+// anything unreadable) ends the walk at the last address known: the trusted
+// proxy that wrote it. When every hop is trusted, the farthest is the client.
+// So a header is believed only when a trusted proxy is the peer, only as far
+// back as trusted proxies wrote it, and a header the trusted proxies do not
+// write is never read: Forwarded is read only when ProxyHeader names it, so
+// proxies that write Forwarded need ProxyHeader("Forwarded").
+//
+// The address is normalized before it becomes the key: an IPv4-mapped IPv6
+// address is the IPv4 address, IPv6 is in canonical form with its zone
+// dropped, ports go ("[2001:db8::1]:4711", "192.0.2.1:80"). An IPv6 client
+// is keyed by its network, a /64 by default (see DefaultIPv6Prefix and
+// IPv6Prefix), as "2001:db8:1:2::/64"; Limits for such a client names that.
+//
+// A request whose peer is not an IP (a server on a Unix socket) gets 400
+// (ErrNoClientIP): key such servers by header or function.
 func KeyByIP(trustedProxies ...string) MiddlewareOption {
 	return func(c *mwConfig) { c.key, c.trusted = nil, trustedProxies }
 }
@@ -134,7 +154,7 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if s == nil {
 		return nil, errors.New("httplimit: store is nil")
 	}
-	c := mwConfig{failOpen: true, timeout: DefaultStoreTimeout}
+	c := mwConfig{failOpen: true, timeout: DefaultStoreTimeout, proxyHeader: headerXFF, v6bits: DefaultIPv6Prefix}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -156,11 +176,10 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 		m.timeout = 0
 	}
 	if m.key == nil {
-		trusted, err := parseTrusted(c.trusted)
+		k, err := newIPKeyer(c.trusted, c.proxyHeader, c.v6bits)
 		if err != nil {
 			return nil, err
 		}
-		k := &ipKeyer{trusted: trusted}
 		m.key = k.key
 	}
 	if len(c.limits) > 0 {

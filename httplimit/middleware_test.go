@@ -125,51 +125,6 @@ func TestSameAnswerAsServe(t *testing.T) {
 	}
 }
 
-func TestTrustedProxies(t *testing.T) {
-	mem, _ := memory(t)
-	record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
-	cases := []struct {
-		name    string
-		trusted []string
-		remote  string
-		hdr     map[string]string
-		want    string // the key the limit is counted under; "" for a 400
-	}{
-		{"no proxies: headers ignored", nil, "198.51.100.7:5000", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "198.51.100.7"},
-		{"untrusted peer: spoof ignored", []string{"10.0.0.0/8"}, "198.51.100.7:5000", map[string]string{"X-Forwarded-For": "1.1.1.1"}, "198.51.100.7"},
-		{"trusted peer: XFF client", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"X-Forwarded-For": "203.0.113.9"}, "203.0.113.9"},
-		{"spoof before the trusted chain", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"X-Forwarded-For": "1.1.1.1, 203.0.113.9, 10.0.0.5"}, "203.0.113.9"},
-		{"Forwarded wins", []string{"10.0.0.2"}, "10.0.0.2:5000", map[string]string{"Forwarded": `for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"`, "X-Forwarded-For": "1.1.1.1"}, "2001:db8::1"},
-		{"trusted peer, no header", []string{"10.0.0.0/8"}, "10.0.0.2:5000", nil, "10.0.0.2"},
-		{"IPv6 peer", nil, "[2001:db8::7]:443", nil, "2001:db8::7"},
-		{"unreadable forwarded element", []string{"10.0.0.0/8"}, "10.0.0.2:5000", map[string]string{"Forwarded": "for=_hidden"}, ""},
-		{"bad RemoteAddr", nil, "pipe", nil, ""},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			counted := &keyStore{Store: mem}
-			lim, err := httplimit.NewMiddleware(counted, store.Policy{Rate: 1, Burst: 100}, httplimit.KeyByIP(c.trusted...))
-			require.NoError(t, err)
-			req := httptest.NewRequest(http.MethodGet, "/", nil)
-			req.RemoteAddr = c.remote
-			for k, v := range c.hdr {
-				req.Header.Set(k, v)
-			}
-			w := httptest.NewRecorder()
-			lim.Handler(record).ServeHTTP(w, req)
-			if c.want == "" {
-				assert.Equal(t, 400, w.Code)
-				assert.Contains(t, w.Body.String(), "no client IP")
-				return
-			}
-			assert.Equal(t, 200, w.Code)
-			assert.Equal(t, c.want, counted.last.Load())
-		})
-	}
-	_, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1, Burst: 1}, httplimit.KeyByIP("10.0.0.0/33"))
-	assert.ErrorContains(t, err, `trusted proxy "10.0.0.0/33"`)
-}
-
 // keyStore remembers the last key it was asked about.
 type keyStore struct {
 	store.Store
@@ -333,7 +288,8 @@ func TestNewMiddlewareErrors(t *testing.T) {
 }
 
 // TestAllowedPathAllocs: past the first request of a key, an allowed
-// request allocates nothing in the middleware (memory store, IP key).
+// request allocates nothing in the middleware (memory store, IPv4 key), and
+// one thing for an IPv6 key.
 func TestAllowedPathAllocs(t *testing.T) {
 	mem, clock := memory(t)
 	lim, err := httplimit.NewMiddleware(mem, store.Policy{Rate: 1e6, Burst: 200})
@@ -348,6 +304,15 @@ func TestAllowedPathAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 	assert.Equal(t, `"default";r=199;t=1`, w.h.Get("RateLimit"))
+
+	// An IPv6 client's key, its network in CIDR form, is built per request.
+	req.RemoteAddr = "[2001:db8::7]:4711"
+	h.ServeHTTP(w, req)
+	allocs = testing.AllocsPerRun(200, func() {
+		clock.Advance(time.Millisecond)
+		h.ServeHTTP(w, req)
+	})
+	assert.Equal(t, 1.0, allocs)
 }
 
 type nopWriter struct{ h http.Header }

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -50,8 +51,8 @@ func parseSFItem(s string) (sfItem, bool) {
 		if !ok {
 			continue // a boolean parameter: nothing we use
 		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
+		n, ok := sfInteger(v)
+		if !ok {
 			if k == "q" || k == "w" || k == "r" || k == "t" {
 				return sfItem{}, false // a defined parameter that is not an integer: malformed
 			}
@@ -63,6 +64,44 @@ func parseSFItem(s string) (sfItem, bool) {
 		it.params[k] = n
 	}
 	return it, true
+}
+
+// sfInteger reads an Integer parameter value: an optional minus and
+// digits. Where RFC 9651 refuses more than 15 digits, it saturates at
+// ±math.MaxInt64 instead: t=100000000000000000000 still means "a long
+// time" (capped at MaxHold), never a malformed field, ignored, and so no
+// wait at all.
+func sfInteger(v string) (int64, bool) {
+	neg := strings.HasPrefix(v, "-")
+	if neg {
+		v = v[1:]
+	}
+	n, ok := parseDigits(v)
+	if neg {
+		n = -n
+	}
+	return n, ok
+}
+
+// parseDigits reads a non-empty run of ASCII digits, saturating at
+// math.MaxInt64: a count too large for an int64 is still a large count.
+func parseDigits(s string) (int64, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		if n > (math.MaxInt64-int64(d))/10 {
+			n = math.MaxInt64
+			continue
+		}
+		n = n*10 + int64(d)
+	}
+	return n, true
 }
 
 // splitOutsideQuotes splits s at sep where sep is not inside a quoted string.

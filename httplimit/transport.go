@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +39,10 @@ type burstSetter interface {
 
 // MaxHold caps how long a Retry-After or RateLimit field can hold a
 // Transport's queue: a server that answers "come back in a year" gets an
-// hour, and a caller's ctx deadline ends the wait sooner anyway.
+// hour, and a caller's ctx deadline ends the wait sooner anyway. Every
+// figure that means "later" holds, however large: a Retry-After or a
+// RateLimit t= with more digits than an int64 has holds, as any figure over
+// an hour does, for MaxHold, never for nothing.
 const MaxHold = time.Hour
 
 // ErrHeldPastDeadline is returned, wrapped together with
@@ -292,14 +294,18 @@ func (t *RoundTripper) learn(ctx context.Context, resp *http.Response) bool {
 
 // retryAfter parses Retry-After: delay-seconds, or an HTTP-date taken
 // relative to the response's own Date when it has one (so clock skew between
-// us and the server does not matter).
+// us and the server does not matter). Every "later" it returns is at most
+// MaxHold, however far off the figure or the date (time.Time.Sub saturates;
+// a four-digit year cannot overflow it); a date already past is no wait.
 func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0, false
 	}
-	if n, err := strconv.ParseUint(v, 10, 63); err == nil {
-		return time.Duration(min(n, uint64(MaxHold/time.Second))) * time.Second, true
+	// Digits however many: a figure too large for any integer type is a
+	// long wait (MaxHold), not a value to ignore, which would mean none.
+	if n, ok := parseDigits(v); ok {
+		return time.Duration(min(n, int64(MaxHold/time.Second))) * time.Second, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
@@ -309,7 +315,7 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
 		ref = date
 	}
-	return max(0, at.Sub(ref)), true
+	return min(max(0, at.Sub(ref)), MaxHold), true
 }
 
 // rateLimitWait reads the RateLimit field: the longest t among the service

@@ -511,3 +511,48 @@ func TestTransportLoopbackHold(t *testing.T) {
 	require.Len(t, arrivals, 2)
 	assert.GreaterOrEqual(t, arrivals[1].Sub(arrivals[0]), time.Second)
 }
+
+// TestTransportHoldCaps: every answer that means "later" holds the queue,
+// for at most MaxHold, however large the figure (none overflows into "no
+// hold"); an answer that means "now" or nothing holds nothing.
+func TestTransportHoldCaps(t *testing.T) {
+	const never = -1
+	for _, c := range []struct {
+		name string
+		hdr  http.Header
+		want time.Duration // the hold from now; never for none
+	}{
+		{"seconds", http.Header{"Retry-After": {"7"}}, 7 * time.Second},
+		{"leading zeros", http.Header{"Retry-After": {"000000000000000000000000000007"}}, 7 * time.Second},
+		{"an hour and a second", http.Header{"Retry-After": {"3601"}}, httplimit.MaxHold},
+		{"int64 max", http.Header{"Retry-After": {"9223372036854775807"}}, httplimit.MaxHold},
+		{"uint64 max + 1", http.Header{"Retry-After": {"18446744073709551616"}}, httplimit.MaxHold},
+		{"20 digits", http.Header{"Retry-After": {"100000000000000000000"}}, httplimit.MaxHold},
+		{"400 digits", http.Header{"Retry-After": {strings.Repeat("9", 400)}}, httplimit.MaxHold},
+		{"date in year 9999", http.Header{"Retry-After": {"Fri, 31 Dec 9999 23:59:59 GMT"}, "Date": {"Sat, 01 Jan 2000 00:00:00 GMT"}}, httplimit.MaxHold},
+		{"date from year 1", http.Header{"Retry-After": {"Sat, 01 Jan 2000 00:00:02 GMT"}, "Date": {"Mon, 01 Jan 0001 00:00:00 GMT"}}, httplimit.MaxHold},
+		{"date in the past", http.Header{"Retry-After": {"Sat, 01 Jan 2000 00:00:00 GMT"}, "Date": {"Sat, 01 Jan 2000 00:00:09 GMT"}}, 0},
+		{"RateLimit t huge", http.Header{"Ratelimit": {`"api";r=0;t=100000000000000000000`}}, httplimit.MaxHold},
+		{"RateLimit t int64 max", http.Header{"Ratelimit": {`"api";r=0;t=9223372036854775807`}}, httplimit.MaxHold},
+		{"RateLimit t huge, r huge", http.Header{"Ratelimit": {`"api";r=100000000000000000000;t=100000000000000000000`}}, never},
+		{"negative", http.Header{"Retry-After": {"-5"}}, never},
+		{"not a number", http.Header{"Retry-After": {"soon"}}, never},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			virtual(t, func(ctx context.Context, vc *vclock.Clock) {
+				up := newUpstream(t, vc)
+				up.header = c.hdr
+				up.force.Store(1)
+				rt := httplimit.Transport(inMemory{up}, limiter(t, ctx, 5, 5))
+				code, err := status(t, &http.Client{Transport: rt}, ctx, http.MethodGet)
+				require.NoError(t, err)
+				require.Equal(t, 429, code)
+				if c.want == never {
+					assert.True(t, rt.Hold().IsZero(), "hold until %v", rt.Hold())
+					return
+				}
+				assert.Equal(t, vc.Now().Add(c.want), rt.Hold())
+			})
+		})
+	}
+}

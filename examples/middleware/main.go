@@ -14,6 +14,13 @@
 //
 //	go run ./examples/middleware -addr 127.0.0.1:8080 &
 //	curl -i http://127.0.0.1:8080/
+//
+// Behind a proxy, -trust names it and the key is the client it saw, read
+// from the X-Forwarded-For it appends (-proxy-header Forwarded for a proxy
+// that writes RFC 7239 Forwarded instead):
+//
+//	go run ./examples/middleware -addr 127.0.0.1:8080 -trust 127.0.0.1 &
+//	curl -i -H 'X-Forwarded-For: 203.0.113.9' http://127.0.0.1:8080/
 package main
 
 import (
@@ -45,6 +52,8 @@ type Config struct {
 	// StoreTimeout bounds each call to a store that does I/O (Redis, the
 	// service); past it the request follows the fail mode (open).
 	StoreTimeout time.Duration
+	Trust        []string // proxies whose ProxyHeader entries are believed (httplimit.KeyByIP)
+	ProxyHeader  string   // the header they append to: X-Forwarded-For (default) or Forwarded
 }
 
 func main() {
@@ -55,7 +64,12 @@ func main() {
 	flag.Int64Var(&cfg.Burst, "burst", 5, "burst per client IP")
 	flag.IntVar(&cfg.Requests, "n", 8, "requests the demo sends")
 	flag.DurationVar(&cfg.StoreTimeout, "store-timeout", httplimit.DefaultStoreTimeout, "bound on each Redis or service call")
+	trust := flag.String("trust", "", "comma-separated proxies (IPs or CIDR prefixes) whose forwarding header is believed")
+	flag.StringVar(&cfg.ProxyHeader, "proxy-header", "X-Forwarded-For", "the header the trusted proxies append to: X-Forwarded-For or Forwarded")
 	flag.Parse()
+	if *trust != "" {
+		cfg.Trust = strings.Split(*trust, ",")
+	}
 	if err := run(cfg, *addr, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
@@ -67,8 +81,11 @@ func run(cfg Config, addr string, out io.Writer) error {
 		return err
 	}
 	defer st.Close()
-	limit, err := httplimit.NewMiddleware(st, store.Policy{Name: "per-ip", Rate: cfg.Rate, Burst: cfg.Burst},
-		httplimit.StoreTimeout(cfg.StoreTimeout))
+	opts := []httplimit.MiddlewareOption{httplimit.StoreTimeout(cfg.StoreTimeout), httplimit.KeyByIP(cfg.Trust...)}
+	if cfg.ProxyHeader != "" {
+		opts = append(opts, httplimit.ProxyHeader(cfg.ProxyHeader))
+	}
+	limit, err := httplimit.NewMiddleware(st, store.Policy{Name: "per-ip", Rate: cfg.Rate, Burst: cfg.Burst}, opts...)
 	if err != nil {
 		return err
 	}

@@ -69,3 +69,10 @@ func TestBadStore(t *testing.T) {
 	err := run(Config{Store: "nope", Rate: 1, Burst: 1, Requests: 1, StoreTimeout: time.Second}, "", &bytes.Buffer{})
 	assert.ErrorContains(t, err, `-store "nope"`)
 }
+
+func TestBadProxyFlags(t *testing.T) {
+	cfg := Config{Store: "memory", Rate: 1, Burst: 1, Requests: 1, StoreTimeout: time.Second, Trust: []string{"nope"}}
+	assert.ErrorContains(t, run(cfg, "", &bytes.Buffer{}), `trusted proxy "nope"`)
+	cfg.Trust, cfg.ProxyHeader = []string{"127.0.0.1"}, "X-Real-IP"
+	assert.ErrorContains(t, run(cfg, "", &bytes.Buffer{}), `proxy header "X-Real-IP"`)
+}
