@@ -281,15 +281,19 @@ func TestGarbageSlots(t *testing.T) {
 // decisions: the tokens allowed are at most
 //
 //	b + (e−s)/T
-//	+ b per flip of its key word, eviction or duplicate claim of it
-//	+ (b + L/T) per flip that lowered its TAT
+//	+ (b + L/T) per flip of its key word or that lowered its TAT
+//	+ b per eviction or duplicate claim of it
 //	+ b per lock taken over anywhere (Stats.Recovered)
 //
 // counting the events in [s, e + L], where L is how long the key's
-// decisions in flight at the event had been held up since their clock read
-// (a decision dated before a lowered TAT that spends after it finds the
-// bucket fuller by up to that lag; a bucket a key gets anew starts full at
-// its claim's time, so it gives such a decision no more than b). A flip
+// decisions in flight at the event had been held up since their clock read.
+// A decision dated before a lowered TAT that spends after it finds the
+// bucket fuller by up to that lag. A flipped key word loses the key its
+// bucket with no floor raised, so the key's next bucket starts full while
+// decisions that found the old slot before the flip still spend on it: both
+// refill over the lag. (An eviction replaces the TAT under a lock, so no
+// spend that read the old bucket lands after it: only the new bucket's
+// full start, b, is lost.) A flip
 // that raises a TAT only delays the key, or is an impossible TAT reset to
 // an empty bucket; an impossible lock or key word is reset (Corrupt).
 // (A table that kept impossible words would see the flips lock its slots
@@ -352,6 +356,7 @@ func TestFlipsUnderLoad(t *testing.T) {
 			if !s.key.CompareAndSwap(k, k^x) {
 				continue
 			}
+			ev.lag = true
 			keyFlips++
 		} else {
 			w := s.tat.Load()
