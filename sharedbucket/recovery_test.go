@@ -289,13 +289,12 @@ func TestGarbageSlots(t *testing.T) {
 // decisions in flight at the event had been held up since their clock read.
 // A decision dated before a lowered TAT that spends after it finds the
 // bucket fuller by up to that lag. A flipped key word loses the key its
-// bucket with no floor raised, so the key's next bucket starts full while
-// decisions that found the old slot before the flip still spend on it: both
-// refill over the lag. (An eviction replaces the TAT under a lock, so no
-// spend that read the old bucket lands after it: only the new bucket's
-// full start, b, is lost.) A flip
-// that raises a TAT only delays the key, or is an impossible TAT reset to
-// an empty bucket; an impossible lock or key word is reset (Corrupt).
+// bucket, so the key's next bucket starts full while decisions that found
+// the old slot before the flip still spend on it: both refill over the lag.
+// (An eviction replaces the TAT under a lock, so no spend that read the old
+// bucket lands after it: only the new bucket's full start, b, is lost.) A
+// flip that raises a TAT only delays the key, or is an impossible TAT reset
+// to an empty bucket; an impossible lock or key word is reset (Corrupt).
 // (A table that kept impossible words would see the flips lock its slots
 // for good, one after another, until every claim gave up and was allowed.)
 func TestFlipsUnderLoad(t *testing.T) {
