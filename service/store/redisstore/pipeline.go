@@ -145,6 +145,18 @@ func (p *pipeline) take() []*call {
 // timeouts bound it, and a caller whose own context ends stops waiting
 // without cutting the others' round trip short.
 func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
+	if len(batch) == 1 {
+		// Alone: a plain command, which costs go-redis less than a
+		// pipeline of one.
+		b := batch[0]
+		cmd := c.EvalSha(ctx, gcraSHA, b.keys, b.args...)
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
+		}
+		b.v, b.err = cmd.Int64Slice()
+		b.done <- struct{}{}
+		return
+	}
 	cmds := make([]*redis.Cmd, len(batch))
 	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i, b := range batch {
