@@ -3,7 +3,9 @@
 //
 // Each decision is one EVALSHA of a Lua script that runs the same GCRA rule
 // as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
-// the callers' clocks never matter. Keys are "sluice:{KEY}": the hash tag
+// the callers' clocks never matter. Decisions in flight at once share a
+// round trip: they go to Redis as one pipelined write, each with its own
+// reply, so the cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
 // keeps each bucket a single-slot key on Redis Cluster. A key expires when
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
