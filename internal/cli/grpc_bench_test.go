@@ -62,7 +62,9 @@ func BenchmarkLoopbackGRPC(b *testing.B) {
 	})
 }
 
-type okService struct{ rlsv3.UnimplementedRateLimitServiceServer }
+type okService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
 
 func (okService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	return &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
