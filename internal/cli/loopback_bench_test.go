@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/service"
@@ -92,6 +93,7 @@ func BenchmarkLoopback(b *testing.B) {
 		c := cfg()
 		c.Store.Close()
 		c.Store = st
+		c.StoreTimeout = 5 * time.Second // a stall is not a failed-closed 503
 		go func() {
 			done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, func(a net.Addr) { addr <- a.String() })
 		}()
