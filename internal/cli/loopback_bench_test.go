@@ -12,9 +12,12 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/sluice-go/sluice/internal/redistest"
 	"github.com/sluice-go/sluice/service"
 	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/service/store/redisstore"
 )
 
 // BenchmarkLoopback is /allow over real HTTP/1.1 on loopback, 32 keep-alive
@@ -31,6 +34,8 @@ import (
 //     much of the gap to the floor is the fields the API promises: not a
 //     baseline to beat, an account of where the time goes;
 //   - serve-memory: RunServer, as `sluice serve -store memory` runs;
+//   - serve-redis: the same on a redis-server started for the run (skipped
+//     without one);
 //   - handler-memory: the same handler in a bare http.Server (no timeouts),
 //     which separates the handler's cost from the server settings'.
 //
@@ -74,6 +79,26 @@ func BenchmarkLoopback(b *testing.B) {
 		}()
 		a := <-addr
 		b.Cleanup(func() { cancel(); <-done; c.Store.Close() })
+		loopback(b, a)
+	})
+	b.Run("serve-redis", func(b *testing.B) {
+		srv := redistest.Start(b)
+		st, err := redisstore.Open(srv.URL())
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		c := cfg()
+		c.Store.Close()
+		c.Store = st
+		c.StoreTimeout = 5 * time.Second // a stall is not a failed-closed 503
+		go func() {
+			done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, func(a net.Addr) { addr <- a.String() })
+		}()
+		a := <-addr
+		b.Cleanup(func() { cancel(); <-done; st.Close() })
 		loopback(b, a)
 	})
 	b.Run("handler-memory", func(b *testing.B) {

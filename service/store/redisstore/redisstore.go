@@ -3,7 +3,9 @@
 //
 // Each decision is one EVALSHA of a Lua script that runs the same GCRA rule
 // as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
-// the callers' clocks never matter. Keys are "sluice:{KEY}": the hash tag
+// the callers' clocks never matter. Decisions in flight at once share a
+// round trip: they go to Redis as one pipelined write, each with its own
+// reply, so the cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
 // keeps each bucket a single-slot key on Redis Cluster. A key expires when
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
@@ -50,6 +52,8 @@ type Store struct {
 	cur atomic.Pointer[conn] // the client in use; replaced by Ping (see renew)
 	// renew builds a fresh client from the options Open parsed; nil for New.
 	renew func() redis.UniversalClient
+
+	pl pipeline // the calls in flight, sent together (see pipeline.go)
 
 	mu     sync.Mutex // serialises replacing and closing the client
 	closed bool       // guarded by mu
@@ -174,21 +178,28 @@ func (s *Store) client() redis.UniversalClient { return s.cur.Load().c }
 func Key(key string) string { return KeyPrefix + "{" + key + "}" }
 
 // Allow implements store.Store with one EVALSHA (plus one EVAL the first
-// time a Redis server sees the script). A timeout or network error returns an
-// error: the decision may or may not have been applied, and is not retried.
+// time a Redis server sees the script), sent in one pipeline with the other
+// calls in flight at that moment. It blocks until the reply or until ctx
+// ends, whichever is first. A timeout, a network error or an ended ctx
+// returns an error: the decision may or may not have been applied, and is
+// not retried.
 func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
 	if err := store.Check(cost, p); err != nil {
 		return store.Result{}, err
 	}
-	T := int64(p.Interval())
-	keys := []string{Key(key)}
-	args := []any{T, T * p.Burst, cost}
-	c := s.client()
-	v, err := c.EvalSha(ctx, gcraSHA, keys, args...).Int64Slice()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Only here is a retry safe: NOSCRIPT means nothing ran.
-		v, err = c.Eval(ctx, gcraLua, keys, args...).Int64Slice()
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, fmt.Errorf("redisstore: %w", err) // nothing sent
 	}
+	T := int64(p.Interval())
+	c := callPool.Get().(*call)
+	c.keys[0] = Key(key)
+	c.args[0], c.args[1], c.args[2] = T, T*p.Burst, cost
+	if !s.pl.do(ctx, s.client, c) {
+		return store.Result{}, fmt.Errorf("redisstore: %w", ctx.Err()) // c stays the flusher's
+	}
+	v, err := c.v, c.err
+	c.v, c.err = nil, nil
+	callPool.Put(c)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: %w", err)
 	}

@@ -1,0 +1,188 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Decisions in flight at once share round trips: each Allow queues its
+// script call, and a flusher sends everything queued as one pipelined
+// write and hands each caller its own reply. Why: a Redis decision costs
+// little inside Redis; what costs is a round trip and, on both sides, a
+// read and a write system call per command. One pipeline of n calls pays
+// those once, so the cost per decision falls as concurrency rises, and a
+// lone caller pays what a plain call pays.
+//
+// Who flushes: a caller that finds fewer than maxFlushers flushing and
+// the queue holding only its own call sends it itself, with its own
+// context, as a plain call would (no hand-off to another goroutine, which
+// is what a lone caller's latency is made of). Otherwise a goroutine sends
+// batches until the queue is empty; its pipelines carry no caller's
+// context, and each caller waits for its reply or its own context,
+// whichever comes first.
+
+// maxFlushers bounds the pipelines in flight at once, each on its own
+// connection. Two keep Redis busy while the client side encodes the next
+// batch and decodes the last; more only split the batches smaller.
+const maxFlushers = 2
+
+// maxBatch bounds one pipeline, so one write stays a few tens of kilobytes.
+const maxBatch = 512
+
+// call is one decision waiting for its reply.
+type call struct {
+	keys []string
+	args []any
+	v    []int64
+	err  error
+	done chan struct{} // receives once when v and err are set
+}
+
+var callPool = sync.Pool{New: func() any {
+	return &call{keys: make([]string, 1), args: make([]any, 3), done: make(chan struct{}, 1)}
+}}
+
+// pipeline is a store's queue of calls and its flushers.
+type pipeline struct {
+	mu       sync.Mutex
+	queue    []*call // calls not yet sent, oldest first; guarded by mu
+	spare    []*call // an emptied queue slice to reuse; guarded by mu
+	flushers int     // flushers running; guarded by mu
+}
+
+// do sends c on client (with the other calls in flight) and waits for its
+// reply or for ctx to end. It reports whether c was answered; a caller
+// whose ctx ended must not reuse c, which a flusher may still write.
+func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, c *call) bool {
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	var batch []*call
+	if p.flushers < maxFlushers {
+		p.flushers++
+		batch = p.take()
+	}
+	p.mu.Unlock()
+	switch {
+	case len(batch) == 1 && batch[0] == c:
+		exec(ctx, client(), batch)
+		if p.done(batch) {
+			go p.drain(client)
+		}
+	case len(batch) > 0:
+		go func() {
+			exec(context.Background(), client(), batch)
+			if p.done(batch) {
+				p.drain(client)
+			}
+		}()
+	}
+	select {
+	case <-c.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// done recycles a sent batch's slice and reports whether calls are queued,
+// in which case the caller keeps its flusher slot and must go on (drain);
+// otherwise it has given the slot back.
+func (p *pipeline) done(batch []*call) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spare == nil {
+		p.spare = batch[:0]
+	}
+	if len(p.queue) > 0 {
+		return true
+	}
+	p.flushers--
+	return false
+}
+
+// drain sends batches until the queue is empty, then gives its flusher
+// slot back.
+func (p *pipeline) drain(client func() redis.UniversalClient) {
+	for {
+		p.mu.Lock()
+		batch := p.take()
+		if len(batch) == 0 {
+			p.flushers--
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		exec(context.Background(), client(), batch)
+		if !p.done(batch) {
+			return
+		}
+	}
+}
+
+// take removes up to maxBatch calls from the front of the queue. The
+// caller holds mu.
+func (p *pipeline) take() []*call {
+	n := min(len(p.queue), maxBatch)
+	if n == 0 {
+		return nil
+	}
+	batch := p.queue[:n:n]
+	if n == len(p.queue) {
+		p.queue = p.spare
+		p.spare = nil
+	} else {
+		// Rare (a queue longer than a batch): copy the rest so the batch's
+		// backing array is the flusher's alone.
+		p.queue = append([]*call(nil), p.queue[n:]...)
+	}
+	return batch
+}
+
+// exec runs batch as one pipeline and answers each call. ctx is the lone
+// caller's own, or for a shared batch none: the client's read and write
+// timeouts bound it, and a caller whose own context ends stops waiting
+// without cutting the others' round trip short.
+func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
+	if len(batch) == 1 {
+		// Alone: a plain command, which costs go-redis less than a
+		// pipeline of one.
+		b := batch[0]
+		cmd := c.EvalSha(ctx, gcraSHA, b.keys, b.args...)
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
+		}
+		b.v, b.err = cmd.Int64Slice()
+		b.done <- struct{}{}
+		return
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+		for i, b := range batch {
+			cmds[i] = pl.EvalSha(ctx, gcraSHA, b.keys, b.args...)
+		}
+		return nil
+	})
+	// A server that has not seen the script (a first call, a restart, a
+	// SCRIPT FLUSH) answers NOSCRIPT: nothing ran, so those calls alone are
+	// sent again with the script's text.
+	var again []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			for _, i := range again {
+				cmds[i] = pl.Eval(ctx, gcraLua, batch[i].keys, batch[i].args...)
+			}
+			return nil
+		})
+	}
+	for i, b := range batch {
+		b.v, b.err = cmds[i].Int64Slice()
+		b.done <- struct{}{}
+	}
+}
