@@ -1,0 +1,315 @@
+package ratelimiter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+)
+
+// RateSetter is what an Adaptive drives: a *Limiter is one.
+type RateSetter interface {
+	Rate() float64
+	SetRate(rate float64) error
+}
+
+// Adaptive finds the rate an upstream accepts by itself and keeps a
+// limiter's rate there. The caller reports each answer: OK for a request
+// the upstream served, Throttled for one it refused for being too fast (an
+// HTTP 429, a 503 with Retry-After, a RateLimit field with r=0). Adaptive
+// sets the limiter's rate from what it learns, always within [min, max] and
+// under any ceiling set with SetCeiling. httplimit.Adaptive wires one into
+// an HTTP Transport.
+//
+// The control law, in three phases:
+//
+//   - Start: the limiter's own rate is the first guess. While the callers
+//     use the rate and nothing is throttled, it doubles every second, so a
+//     guess 10× too low is corrected in a few seconds.
+//   - Cut: a throttle sets the rate to just under the rate the upstream
+//     actually served since the previous cut (the successes counted since,
+//     over the time since: the upstream's bucket was empty at both
+//     throttles, so this is what it refills at). The first throttle, with
+//     no earlier one to measure from, halves the rate. Throttles for
+//     requests sent before a cut say nothing new and change nothing.
+//   - Hold and probe: after a cut the rate stays put for a plateau, then
+//     rises, slowly at first and faster the longer no throttle comes, to
+//     find room the upstream may have made. A probe that finds the same
+//     ceiling again doubles the plateau (up to 2 minutes), so a steady
+//     upstream sees a probe, and a throttle, rarely; a quota that fell is
+//     probed for often, and fast, for 2 minutes, so its return is taken up
+//     within seconds.
+//
+// The rate rises only while the callers use it (responses come at half the
+// rate or more): an idle client does not climb to max and then flood the
+// upstream when work arrives.
+//
+// Adaptive is safe for concurrent use. Its methods never block; the times
+// they take are the caller's clock (sched.Now for fibers of a loop,
+// time.Now otherwise), which keeps the law exact under virtual time.
+type Adaptive struct {
+	lim      RateSetter
+	min, max float64
+	log      *slog.Logger
+	factor   float64
+
+	mu       sync.Mutex
+	rate     float64 // the rate set on lim
+	want     float64 // the law's rate; lim follows it in steps of adaptSetRateStep
+	ceiling  float64 // +Inf when none
+	phase    adaptPhase
+	base     float64       // the plateau's rate
+	plateau  time.Duration // how long the next plateau lasts
+	phaseAt  time.Time     // when the plateau or probe began
+	cutAt    time.Time     // the last cut; zero before the first
+	served   float64       // OKs for requests sent since cutAt
+	fallen   float64       // the plateau before a fall (0: none): probe back to it fast
+	fallAt   time.Time     // when it fell
+	last     time.Time     // the last update of rate and seen
+	seen     float64       // answers a second, decayed over a second
+	logged   float64       // the rate at the last log line
+	cuts     int64
+	throttle int64
+}
+
+type adaptPhase uint8
+
+const (
+	phaseStart adaptPhase = iota
+	phasePlateau
+	phaseProbe
+)
+
+// The law's constants. Why these: the first plateau is short so a fresh
+// estimate is checked soon; the longest is what keeps a steady upstream's
+// throttles to one every couple of minutes; a fall is remembered as long as
+// a typical shed of load lasts.
+const (
+	adaptMargin      = 0.97 // cut to this share of the measured rate
+	adaptFirstCut    = 0.5  // the first throttle's cut, with nothing measured
+	adaptMinPlateau  = time.Second
+	adaptMaxPlateau  = 2 * time.Minute
+	adaptFallMemory  = 2 * time.Minute
+	adaptUsed        = 0.5 // the rate rises only while answers come at this share of it or more
+	adaptSetRateStep = 0.005
+)
+
+// AdaptiveOption configures NewAdaptive.
+type AdaptiveOption func(*Adaptive)
+
+// LogChanges makes an Adaptive log, at level Info on l, each time its rate
+// has moved by more than factor (> 1) from the rate it last logged: the
+// first cut of a run, a fall of the quota, its return. A nil l is
+// slog.Default().
+func LogChanges(l *slog.Logger, factor float64) AdaptiveOption {
+	return func(a *Adaptive) {
+		if l == nil {
+			l = slog.Default()
+		}
+		a.log, a.factor = l, factor
+	}
+}
+
+// ErrBadBounds is returned by NewAdaptive for bounds that leave no rate.
+var ErrBadBounds = errors.New("ratelimiter: adaptive bounds")
+
+// NewAdaptive returns an Adaptive driving lim's rate within [min, max]. It
+// starts from lim's rate, brought into [min, max]. min must be > 0 and
+// max ≥ min (max may be +Inf); a LogChanges factor must be > 1.
+func NewAdaptive(lim RateSetter, min, max float64, opts ...AdaptiveOption) (*Adaptive, error) {
+	if lim == nil {
+		panic("ratelimiter: NewAdaptive with a nil limiter")
+	}
+	if !(min > 0) || math.IsInf(min, 1) || !(max >= min) {
+		return nil, fmt.Errorf("%w: min %v, max %v: want 0 < min ≤ max", ErrBadBounds, min, max)
+	}
+	a := &Adaptive{lim: lim, min: min, max: max, ceiling: math.Inf(1), plateau: adaptMinPlateau}
+	for _, o := range opts {
+		o(a)
+	}
+	if a.log != nil && !(a.factor > 1) {
+		return nil, fmt.Errorf("%w: log factor %v: want > 1", ErrBadBounds, a.factor)
+	}
+	a.rate = a.clamp(lim.Rate())
+	a.want, a.logged = a.rate, a.rate
+	if a.rate != lim.Rate() {
+		if err := lim.SetRate(a.rate); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// Rate returns the rate Adaptive has set (the limiter's, unless someone
+// else changes it).
+func (a *Adaptive) Rate() float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rate
+}
+
+// Cuts returns how many times a throttle lowered the rate.
+func (a *Adaptive) Cuts() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.cuts
+}
+
+// SetCeiling caps the rate at c, as an upstream's advertised policy does
+// (httplimit reads RateLimit-Policy); the rate drops to c at once if it is
+// above. A c ≤ 0 or +Inf removes the ceiling. The floor min still holds: a
+// ceiling below min leaves the rate at min.
+func (a *Adaptive) SetCeiling(c float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !(c > 0) {
+		c = math.Inf(1)
+	}
+	a.ceiling = c
+	if a.base > c {
+		a.base = c
+	}
+	a.set(a.want, a.last)
+}
+
+// OK reports that a request sent at sent was served, at now.
+func (a *Adaptive) OK(sent, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.count(now)
+	if !sent.Before(a.cutAt) {
+		a.served++
+	}
+	a.advance(now)
+}
+
+// Throttled reports that a request sent at sent was refused for being too
+// fast, at now; hold is how long the upstream asked to wait (0 when it did
+// not say). A throttle for a request sent before the last cut changes
+// nothing: the cut already answered it.
+func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.count(now)
+	a.throttle++
+	if !a.cutAt.IsZero() && sent.Before(a.cutAt) {
+		return
+	}
+	a.advance(now)
+	r := a.want
+	var next float64
+	measured := 0.0
+	if !a.cutAt.IsZero() {
+		if span := now.Sub(a.cutAt).Seconds(); span > 0 {
+			measured = a.served / span
+		}
+	}
+	switch a.phase {
+	case phaseStart:
+		next = adaptFirstCut * r
+		a.plateau = adaptMinPlateau
+	case phasePlateau:
+		// The rate thought safe was refused: the upstream gives less now.
+		next = adaptFirstCut * r
+		if measured > 0 {
+			next = adaptMargin * min(measured, r)
+		}
+		if next < 0.9*a.base {
+			if a.base > a.fallen {
+				a.fallen, a.fallAt = a.base, now
+			}
+			a.plateau = adaptMinPlateau
+		}
+	case phaseProbe:
+		// Why keep the base: the plateau held at it without a throttle, so
+		// the upstream served it; the probe above it overshot.
+		next = max(a.base, adaptMargin*measured, 0.7*r)
+		if next <= 1.1*a.base && a.fallen == 0 {
+			a.plateau = min(2*a.plateau, adaptMaxPlateau)
+		} else {
+			a.plateau = adaptMinPlateau
+		}
+	}
+	a.cuts++
+	a.cutAt, a.served = now, 0
+	a.phase, a.phaseAt = phasePlateau, now.Add(hold)
+	a.set(next, now)
+	a.base = a.want
+}
+
+// count folds one answer into seen, the answers a second decayed over the
+// last second.
+func (a *Adaptive) count(now time.Time) {
+	if !a.last.IsZero() {
+		if dt := now.Sub(a.last).Seconds(); dt > 0 {
+			a.seen *= math.Exp(-dt)
+		}
+	}
+	a.seen++
+}
+
+// advance moves the rate along its phase from a.last to now.
+func (a *Adaptive) advance(now time.Time) {
+	prev := a.last
+	if now.After(a.last) {
+		a.last = now
+	}
+	if prev.IsZero() || !now.After(prev) {
+		return
+	}
+	dt := now.Sub(prev).Seconds()
+	if a.fallen > 0 && (now.Sub(a.fallAt) > adaptFallMemory || a.base >= 0.9*a.fallen) {
+		a.fallen = 0 // the fall is over, or old enough to be the new level
+	}
+	used := a.seen >= adaptUsed*a.rate
+	switch a.phase {
+	case phaseStart:
+		if used {
+			a.set(a.want*math.Exp2(dt), now)
+		}
+	case phasePlateau:
+		if now.Sub(a.phaseAt) >= a.plateau {
+			a.phase, a.phaseAt = phaseProbe, now
+		}
+	case phaseProbe:
+		if !used {
+			a.phaseAt = a.phaseAt.Add(now.Sub(prev)) // the probe waits for work
+			return
+		}
+		// The probe's growth, in log-rate per second, rises with its age τ:
+		// gentle next to a known ceiling, quick after a fall, when the old
+		// level is likely to come back.
+		g0, g1 := 0.02, 0.01
+		if a.fallen > 0 {
+			g0, g1 = 0.3, 0.1
+		}
+		tau := now.Sub(a.phaseAt).Seconds()
+		a.set(a.want*math.Exp((g0+g1*tau)*dt), now)
+	}
+}
+
+func (a *Adaptive) clamp(r float64) float64 {
+	return max(a.min, min(r, a.max, a.ceiling))
+}
+
+// set makes r (clamped) the law's rate and moves the limiter to it when it
+// differs enough to matter: SetRate re-times every parked waiter, so tiny
+// steps are kept until they add up.
+func (a *Adaptive) set(r float64, now time.Time) {
+	r = a.clamp(r)
+	a.want = r
+	small := r > a.rate && r-a.rate < adaptSetRateStep*a.rate && r != a.max && r != a.ceiling
+	if r == a.rate || small {
+		return // a fall is never deferred; a small rise waits for more
+	}
+	if err := a.lim.SetRate(r); err != nil {
+		return // a rate the limiter refuses leaves it as it was
+	}
+	a.rate = r
+	if a.log != nil && (r > a.logged*a.factor || r < a.logged/a.factor) {
+		a.log.Info("ratelimiter: adaptive rate changed", "from", a.logged, "to", r, "at", now)
+		a.logged = r
+	}
+}
