@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"sync"
 	"time"
 )
@@ -55,23 +56,34 @@ type Adaptive struct {
 	log      *slog.Logger
 	factor   float64
 
-	mu       sync.Mutex
-	rate     float64 // the rate set on lim
-	want     float64 // the law's rate; lim follows it in steps of adaptSetRateStep
-	ceiling  float64 // +Inf when none
-	phase    adaptPhase
-	base     float64       // the plateau's rate
-	plateau  time.Duration // how long the next plateau lasts
-	phaseAt  time.Time     // when the plateau or probe began
-	cutAt    time.Time     // the last cut; zero before the first
-	served   float64       // OKs for requests sent since cutAt
-	fallen   float64       // the plateau before a fall (0: none): probe back to it fast
-	fallAt   time.Time     // when it fell
-	last     time.Time     // the last update of rate and seen
-	seen     float64       // answers a second, decayed over a second
-	logged   float64       // the rate at the last log line
-	cuts     int64
-	throttle int64
+	mu          sync.Mutex
+	rate        float64 // the rate set on lim
+	want        float64 // the law's rate; lim follows it in steps of adaptSetRateStep
+	ceiling     float64 // +Inf when none
+	phase       adaptPhase
+	base        float64       // the plateau's rate
+	plateau     time.Duration // how long the next plateau lasts
+	phaseAt     time.Time     // when the plateau or probe began
+	cutAt       time.Time     // the last cut; zero before the first
+	served      float64       // OKs for requests sent since cutAt
+	fallen      float64       // the plateau before a fall (0: none): probe back to it fast
+	held        float64       // the last rate borne out (0: none)
+	fallAt      time.Time     // when it fell
+	fallPlateau time.Duration // the plateau before the fall
+	last        time.Time     // the last update of rate and seen
+	seen        float64       // answers a second, decayed over a second
+	logged      float64       // the rate at the last log line
+	firstAt     time.Time     // the first answer
+	guess       bool          // base is an estimate not yet borne out: its throttle corrects it
+	probedFrom  float64       // the base a probe left, while its estimate is checked
+	probeServed float64       // OKs for requests sent since the probe began
+	probeGot    float64       // probeServed and the probe's span at its failure
+	probeSpan   float64
+	burst       float64 // the upstream's burst as measured (-1: not yet)
+	startServed float64 // OKs before the first throttle
+	startSpan   float64 // seconds from the first answer to the first throttle
+	cuts        int64
+	throttle    int64
 }
 
 type adaptPhase uint8
@@ -87,11 +99,12 @@ const (
 // throttles to one every couple of minutes; a fall is remembered as long as
 // a typical shed of load lasts.
 const (
-	adaptMargin      = 0.97 // cut to this share of the measured rate
+	adaptMargin      = 0.98 // cut to this share of the measured rate
 	adaptFirstCut    = 0.5  // the first throttle's cut, with nothing measured
 	adaptMinPlateau  = time.Second
 	adaptMaxPlateau  = 2 * time.Minute
 	adaptFallMemory  = 2 * time.Minute
+	adaptLongSpan    = 10 * time.Second
 	adaptUsed        = 0.5 // the rate rises only while answers come at this share of it or more
 	adaptSetRateStep = 0.005
 )
@@ -125,7 +138,7 @@ func NewAdaptive(lim RateSetter, min, max float64, opts ...AdaptiveOption) (*Ada
 	if !(min > 0) || math.IsInf(min, 1) || !(max >= min) {
 		return nil, fmt.Errorf("%w: min %v, max %v: want 0 < min ≤ max", ErrBadBounds, min, max)
 	}
-	a := &Adaptive{lim: lim, min: min, max: max, ceiling: math.Inf(1), plateau: adaptMinPlateau}
+	a := &Adaptive{lim: lim, min: min, max: max, ceiling: math.Inf(1), plateau: adaptMinPlateau, burst: -1}
 	for _, o := range opts {
 		o(a)
 	}
@@ -182,6 +195,9 @@ func (a *Adaptive) OK(sent, now time.Time) {
 	if !sent.Before(a.cutAt) {
 		a.served++
 	}
+	if a.phase == phaseProbe && !sent.Before(a.phaseAt) {
+		a.probeServed++
+	}
 	a.advance(now)
 }
 
@@ -199,38 +215,91 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 	}
 	a.advance(now)
 	r := a.want
-	var next float64
+	// measured: what the upstream served since the last cut. Its bucket was
+	// empty then and is empty now, so this is its refill rate, the quota,
+	// when the callers kept it busy throughout, and less otherwise.
 	measured := 0.0
-	if !a.cutAt.IsZero() {
-		if span := now.Sub(a.cutAt).Seconds(); span > 0 {
-			measured = a.served / span
-		}
+	if span := now.Sub(a.cutAt).Seconds(); !a.cutAt.IsZero() && span > 0 {
+		measured = a.served / span
 	}
-	switch a.phase {
-	case phaseStart:
+	next := r
+	switch {
+	case a.phase == phaseStart:
+		// Nothing measured yet: halve, and let the next throttle (if the
+		// half is still too fast) measure.
 		next = adaptFirstCut * r
-		a.plateau = adaptMinPlateau
-	case phasePlateau:
-		// The rate thought safe was refused: the upstream gives less now.
+		a.startServed, a.startSpan = a.served, now.Sub(a.firstAt).Seconds()
+		a.guess = true
+	case a.phase == phasePlateau || a.guess:
+		// The base was refused: a guess too high, or the quota fell.
 		next = adaptFirstCut * r
 		if measured > 0 {
 			next = adaptMargin * min(measured, r)
 		}
-		if next < 0.9*a.base {
-			if a.base > a.fallen {
-				a.fallen, a.fallAt = a.base, now
+		if a.guess {
+			// A correction. The first one also tells the upstream's
+			// burst: what the start served beyond the quota.
+			if a.burst < 0 && a.startSpan > 0 && measured > 0 && a.startServed > measured*a.startSpan {
+				a.burst = a.startServed - measured*a.startSpan
 			}
+			if a.probedFrom > 0 && next <= 1.1*a.probedFrom {
+				// The probe's estimate was the burst, not more quota:
+				// what it got beyond the quota just measured is the burst.
+				a.burst = max(0, a.probeGot-measured*a.probeSpan)
+				if a.fallen == 0 {
+					a.plateau = min(2*a.plateau, adaptMaxPlateau)
+				}
+			}
+		}
+		if next < 0.9*a.held {
+			// Below a level that held: the quota fell. Probe for its
+			// return often and fast for a while.
+			if a.fallen == 0 {
+				a.fallen, a.fallPlateau = a.held, a.plateau
+			}
+			a.fallAt, a.held = now, 0
 			a.plateau = adaptMinPlateau
 		}
-	case phaseProbe:
-		// Why keep the base: the plateau held at it without a throttle, so
-		// the upstream served it; the probe above it overshot.
-		next = max(a.base, adaptMargin*measured, 0.7*r)
-		if next <= 1.1*a.base && a.fallen == 0 {
-			a.plateau = min(2*a.plateau, adaptMaxPlateau)
-		} else {
-			a.plateau = adaptMinPlateau
+		// A long span may hold more than one quota (it fell within it):
+		// then the next throttle measures again.
+		a.guess, a.probedFrom = now.Sub(a.cutAt) > adaptLongSpan, 0
+		if !a.guess {
+			a.held = next
 		}
+	default:
+		// A probe above a base that held was refused. What it got served
+		// beyond the upstream's burst, over its span, is a floor of the
+		// quota (the probe started below it, the bucket full).
+		span := now.Sub(a.phaseAt).Seconds()
+		a.probeGot, a.probeSpan = a.probeServed, span
+		est := 0.0
+		if span > 0 {
+			est = a.probeServed / span
+			if a.burst >= 0 {
+				est = (a.probeServed - a.burst) / span
+			}
+		}
+		switch {
+		case a.burst < 0 && adaptMargin*est > 1.05*a.base:
+			// An estimate with the burst in it: take it, and let its
+			// throttle, if it is too high, measure.
+			next = adaptMargin * est
+			a.probedFrom, a.guess = a.base, true
+			a.plateau = adaptMinPlateau
+		default:
+			// With the burst known the estimate is a floor: safe to take.
+			next = max(a.base, adaptMargin*est)
+			a.held = next
+			if next > 1.05*a.base {
+				a.plateau = adaptMinPlateau // more room: look for more soon
+			} else if a.fallen == 0 {
+				a.plateau = min(2*a.plateau, adaptMaxPlateau) // the same ceiling
+			}
+		}
+	}
+	if debugAdaptive {
+		fmt.Printf("cut at %v phase %d r=%.1f measured=%.1f served=%v probeServed=%v next=%.1f base=%.1f plateau=%v fallen=%.1f burst=%.0f guess=%v\n",
+			now.Format("04:05.000"), a.phase, r, measured, a.served, a.probeServed, next, a.base, a.plateau, a.fallen, a.burst, a.guess)
 	}
 	a.cuts++
 	a.cutAt, a.served = now, 0
@@ -242,6 +311,9 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 // count folds one answer into seen, the answers a second decayed over the
 // last second.
 func (a *Adaptive) count(now time.Time) {
+	if a.firstAt.IsZero() {
+		a.firstAt = now
+	}
 	if !a.last.IsZero() {
 		if dt := now.Sub(a.last).Seconds(); dt > 0 {
 			a.seen *= math.Exp(-dt)
@@ -261,7 +333,11 @@ func (a *Adaptive) advance(now time.Time) {
 	}
 	dt := now.Sub(prev).Seconds()
 	if a.fallen > 0 && (now.Sub(a.fallAt) > adaptFallMemory || a.base >= 0.9*a.fallen) {
-		a.fallen = 0 // the fall is over, or old enough to be the new level
+		// The fall is over, or old enough to be the new level.
+		if a.base >= 0.9*a.fallen {
+			a.plateau = max(a.plateau, a.fallPlateau) // back where it was
+		}
+		a.fallen = 0
 	}
 	used := a.seen >= adaptUsed*a.rate
 	switch a.phase {
@@ -271,7 +347,7 @@ func (a *Adaptive) advance(now time.Time) {
 		}
 	case phasePlateau:
 		if now.Sub(a.phaseAt) >= a.plateau {
-			a.phase, a.phaseAt = phaseProbe, now
+			a.phase, a.phaseAt, a.probeServed = phaseProbe, now, 0
 		}
 	case phaseProbe:
 		if !used {
@@ -313,3 +389,5 @@ func (a *Adaptive) set(r float64, now time.Time) {
 		a.logged = r
 	}
 }
+
+var debugAdaptive = os.Getenv("ADAPTDEBUG") != ""
