@@ -99,14 +99,19 @@ const (
 // throttles to one every couple of minutes; a fall is remembered as long as
 // a typical shed of load lasts.
 const (
-	adaptMargin      = 0.98 // cut to this share of the measured rate
-	adaptFirstCut    = 0.5  // the first throttle's cut, with nothing measured
-	adaptMinPlateau  = time.Second
-	adaptMaxPlateau  = 2 * time.Minute
-	adaptFallMemory  = 2 * time.Minute
-	adaptLongSpan    = 10 * time.Second
-	adaptUsed        = 0.5 // the rate rises only while answers come at this share of it or more
-	adaptSetRateStep = 0.005
+	adaptMargin        = 0.98 // cut to this share of the measured rate
+	adaptFirstCut      = 0.5  // the first throttle's cut, with nothing measured
+	adaptMinPlateau    = 2 * time.Second
+	adaptFallPlateau   = 2500 * time.Millisecond // + the hold + a second: a return is taken within 5 s
+	adaptFallConfirm   = 3 * time.Second
+	adaptProbeG0       = 0.02
+	adaptProbeG1       = 0.01
+	adaptMaxPlateau    = 2 * time.Minute
+	adaptFallMemory    = 90 * time.Second
+	adaptPlateauGrowth = 4
+	adaptLongSpan      = 10 * time.Second
+	adaptUsed          = 0.5 // the rate rises only while answers come at this share of it or more
+	adaptSetRateStep   = 0.005
 )
 
 // AdaptiveOption configures NewAdaptive.
@@ -247,7 +252,7 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 				// what it got beyond the quota just measured is the burst.
 				a.burst = max(0, a.probeGot-measured*a.probeSpan)
 				if a.fallen == 0 {
-					a.plateau = min(2*a.plateau, adaptMaxPlateau)
+					a.plateau = min(adaptPlateauGrowth*a.plateau, adaptMaxPlateau)
 				}
 			}
 		}
@@ -258,7 +263,7 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 				a.fallen, a.fallPlateau = a.held, a.plateau
 			}
 			a.fallAt, a.held = now, 0
-			a.plateau = adaptMinPlateau
+			a.plateau = adaptFallPlateau
 		}
 		// A long span may hold more than one quota (it fell within it):
 		// then the next throttle measures again.
@@ -288,12 +293,14 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 			a.plateau = adaptMinPlateau
 		default:
 			// With the burst known the estimate is a floor: safe to take.
-			next = max(a.base, adaptMargin*est)
+			// measured is a floor too (the bucket was empty at both
+			// throttles); after a short plateau it is the closer one.
+			next = max(a.base, adaptMargin*max(est, measured))
 			a.held = next
 			if next > 1.05*a.base {
 				a.plateau = adaptMinPlateau // more room: look for more soon
 			} else if a.fallen == 0 {
-				a.plateau = min(2*a.plateau, adaptMaxPlateau) // the same ceiling
+				a.plateau = min(adaptPlateauGrowth*a.plateau, adaptMaxPlateau) // the same ceiling
 			}
 		}
 	}
@@ -332,10 +339,12 @@ func (a *Adaptive) advance(now time.Time) {
 		return
 	}
 	dt := now.Sub(prev).Seconds()
-	if a.fallen > 0 && (now.Sub(a.fallAt) > adaptFallMemory || a.base >= 0.9*a.fallen) {
+	if a.fallen > 0 && a.phase != phaseProbe && (now.Sub(a.fallAt) > adaptFallMemory || a.base >= 0.95*a.fallen) {
 		// The fall is over, or old enough to be the new level.
-		if a.base >= 0.9*a.fallen {
+		if a.base >= 0.95*a.fallen {
 			a.plateau = max(a.plateau, a.fallPlateau) // back where it was
+		} else {
+			a.plateau = adaptMinPlateau
 		}
 		a.fallen = 0
 	}
@@ -354,15 +363,25 @@ func (a *Adaptive) advance(now time.Time) {
 			a.phaseAt = a.phaseAt.Add(now.Sub(prev)) // the probe waits for work
 			return
 		}
-		// The probe's growth, in log-rate per second, rises with its age τ:
-		// gentle next to a known ceiling, quick after a fall, when the old
-		// level is likely to come back.
-		g0, g1 := 0.02, 0.01
-		if a.fallen > 0 {
-			g0, g1 = 0.3, 0.1
-		}
 		tau := now.Sub(a.phaseAt).Seconds()
-		a.set(a.want*math.Exp((g0+g1*tau)*dt), now)
+		if a.fallen > 0 {
+			// After a fall the probe is a step straight back to the level
+			// that held before it: if the quota is back, it is all taken
+			// at once; if not, it costs one throttle, as a ramp would.
+			if tau >= adaptFallConfirm.Seconds() {
+				// The old level holds again: the fall is over.
+				a.base, a.held, a.fallen = a.want, a.want, 0
+				a.phase, a.phaseAt = phasePlateau, now
+				a.plateau = max(adaptMinPlateau, a.fallPlateau)
+				return
+			}
+			a.set(a.fallen, now)
+			return
+		}
+		// The probe's growth, in log-rate per second, rises with its age τ:
+		// gentle at first, next to a known ceiling, then faster, so a
+		// quota that grew a lot is found within seconds.
+		a.set(a.want*math.Exp((adaptProbeG0+adaptProbeG1*tau)*dt), now)
 	}
 }
 
