@@ -37,10 +37,11 @@ const Settle = 60 * time.Second
 // Scenario is an upstream quota over time and the client's first guess.
 type Scenario struct {
 	Name    string
-	Initial float64                  // the client's starting rate
-	Changes []time.Duration          // when the quota changes (0 is always one)
+	Initial float64         // the client's starting rate
+	Changes []time.Duration // when the quota changes (0 is always one)
 	Quota   func(seed uint64) httplimittest.Quota
 	Restore time.Duration // when a lowered quota comes back (0: none)
+	Length  time.Duration // the run's length (0: Duration)
 }
 
 // Scenarios returns the scenarios of docs/adaptive.md.
@@ -51,18 +52,26 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "unknown, start 10× low", Initial: Quota / 10, Quota: fixed(httplimittest.Steps(Quota))},
 		{Name: "unknown, start 10× high", Initial: Quota * 10, Quota: fixed(httplimittest.Steps(Quota))},
-		{
-			Name: "50% drop for 60 s", Initial: Quota,
-			Changes: []time.Duration{300 * time.Second, 360 * time.Second}, Restore: 360 * time.Second,
-			Quota: fixed(httplimittest.Steps(Quota,
-				httplimittest.Step{At: 300 * time.Second, Rate: Quota / 2},
-				httplimittest.Step{At: 360 * time.Second, Rate: Quota})),
-		},
+		Drop(300 * time.Second),
 		{
 			Name: "2× rise", Initial: Quota, Changes: []time.Duration{300 * time.Second},
 			Quota: fixed(httplimittest.Steps(Quota, httplimittest.Step{At: 300 * time.Second, Rate: 2 * Quota})),
 		},
 		neighbour(),
+	}
+}
+
+// Drop returns the scenario of a quota halved at at for 60 s, the client
+// starting at the quota.
+func Drop(at time.Duration) Scenario {
+	return Scenario{
+		Name: "50% drop for 60 s", Initial: Quota,
+		Changes: []time.Duration{at, at + Settle}, Restore: at + Settle,
+		Quota: func(uint64) httplimittest.Quota {
+			return httplimittest.Steps(Quota,
+				httplimittest.Step{At: at, Rate: Quota / 2},
+				httplimittest.Step{At: at + Settle, Rate: Quota})
+		},
 	}
 }
 
@@ -131,7 +140,11 @@ func Run(sc Scenario, mode Mode, callers int, seed uint64) (*Result, error) {
 	const res = 100 * time.Millisecond
 	quota := sc.Quota(seed)
 	var up *httplimittest.Upstream
-	slots := int(Duration / res)
+	length := sc.Length
+	if length == 0 {
+		length = Duration
+	}
+	slots := int(length / res)
 	rates := make([]float64, slots)
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
 		start := sched.Now(ctx)
@@ -154,7 +167,7 @@ func Run(sc Scenario, mode Mode, callers int, seed uint64) (*Result, error) {
 		default:
 			return fmt.Errorf("adaptsim: unknown mode %q", mode)
 		}
-		end := start.Add(Duration)
+		end := start.Add(length)
 		sched.Daemon(ctx, func(ctx context.Context) error { // samples the rate
 			for i := range rates {
 				rates[i] = lim.Rate()
