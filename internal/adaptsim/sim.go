@@ -52,7 +52,7 @@ func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "unknown, start 10× low", Initial: Quota / 10, Quota: fixed(httplimittest.Steps(Quota))},
 		{Name: "unknown, start 10× high", Initial: Quota * 10, Quota: fixed(httplimittest.Steps(Quota))},
-		Drop(300 * time.Second),
+		Drop(300*time.Second, 60*time.Second),
 		{
 			Name: "2× rise", Initial: Quota, Changes: []time.Duration{300 * time.Second},
 			Quota: fixed(httplimittest.Steps(Quota, httplimittest.Step{At: 300 * time.Second, Rate: 2 * Quota})),
@@ -61,16 +61,16 @@ func Scenarios() []Scenario {
 	}
 }
 
-// Drop returns the scenario of a quota halved at at for 60 s, the client
-// starting at the quota.
-func Drop(at time.Duration) Scenario {
+// Drop returns the scenario of a quota halved at at for length, the
+// client starting at the quota.
+func Drop(at, length time.Duration) Scenario {
 	return Scenario{
-		Name: "50% drop for 60 s", Initial: Quota,
-		Changes: []time.Duration{at, at + Settle}, Restore: at + Settle,
+		Name: fmt.Sprintf("50%% drop for %g s", length.Seconds()), Initial: Quota,
+		Changes: []time.Duration{at, at + length}, Restore: at + length,
 		Quota: func(uint64) httplimittest.Quota {
 			return httplimittest.Steps(Quota,
 				httplimittest.Step{At: at, Rate: Quota / 2},
-				httplimittest.Step{At: at + Settle, Rate: Quota})
+				httplimittest.Step{At: at + length, Rate: Quota})
 		},
 	}
 }

@@ -59,21 +59,21 @@ func TestTargets(t *testing.T) {
 }
 
 // The quota's return is taken up within 5 s wherever it falls in the
-// client's cycle of probes: the drop is moved across a cycle (about 5 s) in
-// steps of 0.5 s (1 s under the race detector).
+// client's cycle of probes: the drop's end is moved across a cycle (about
+// 5 s) in steps of 0.5 s (1 s under the race detector).
 func TestRecoveryAnyPhase(t *testing.T) {
 	step := 500 * time.Millisecond
 	if raceEnabled {
 		step = time.Second
 	}
-	for at := 60 * time.Second; at < 66*time.Second; at += step {
-		t.Run(fmt.Sprint(at), func(t *testing.T) {
+	for length := 60 * time.Second; length < 66*time.Second; length += step {
+		t.Run(fmt.Sprint(length), func(t *testing.T) {
 			t.Parallel()
-			sc := adaptsim.Drop(at)
-			sc.Length = at + 90*time.Second
+			sc := adaptsim.Drop(60*time.Second, length)
+			sc.Length = 60*time.Second + length + 30*time.Second
 			r, err := adaptsim.Run(sc, adaptsim.Adaptive, 1, 1)
 			require.NoError(t, err)
-			t.Logf("drop at %v: recovery %v", at, r.Recovery)
+			t.Logf("drop for %v: recovery %v", length, r.Recovery)
 			assert.Positive(t, r.Recovery)
 			assert.LessOrEqual(t, r.Recovery, 5*time.Second)
 		})
