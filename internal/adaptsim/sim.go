@@ -40,7 +40,7 @@ type Scenario struct {
 	Initial float64         // the client's starting rate
 	Changes []time.Duration // when the quota changes (0 is always one)
 	Quota   func(seed uint64) httplimittest.Quota
-	Restore time.Duration // when a lowered quota comes back (0: none)
+	Restore time.Duration // when a lowered quota comes back, or a quota rises (0: none)
 	Length  time.Duration // the run's length (0: Duration)
 }
 
@@ -54,7 +54,7 @@ func Scenarios() []Scenario {
 		{Name: "unknown, start 10× high", Initial: Quota * 10, Quota: fixed(httplimittest.Steps(Quota))},
 		Drop(300*time.Second, 60*time.Second),
 		{
-			Name: "2× rise", Initial: Quota, Changes: []time.Duration{300 * time.Second},
+			Name: "2× rise", Initial: Quota, Changes: []time.Duration{300 * time.Second}, Restore: 300 * time.Second,
 			Quota: fixed(httplimittest.Steps(Quota, httplimittest.Step{At: 300 * time.Second, Rate: 2 * Quota})),
 		},
 		neighbour(),
@@ -130,7 +130,7 @@ type Result struct {
 	Refusals    int64         // 429s in the whole run
 	FirstMinute int64         // 429s in the first Settle
 	Reach90     time.Duration // first time a 1 s window served ≥ 90% of the quota (-1: never)
-	Recovery    time.Duration // from Restore to a 1 s window at ≥ 90% (-1: never or no restore)
+	Recovery    time.Duration // from Restore to the end of a 1 s window at ≥ 90% (-1: never or no Restore)
 }
 
 // Run runs one scenario with one mode and n callers, each sending the next
