@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"sync"
 	"time"
 )
@@ -304,10 +303,6 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 			}
 		}
 	}
-	if debugAdaptive {
-		fmt.Printf("cut at %v phase %d r=%.1f measured=%.1f served=%v probeServed=%v next=%.1f base=%.1f plateau=%v fallen=%.1f burst=%.0f guess=%v\n",
-			now.Format("04:05.000"), a.phase, r, measured, a.served, a.probeServed, next, a.base, a.plateau, a.fallen, a.burst, a.guess)
-	}
 	a.cuts++
 	a.cutAt, a.served = now, 0
 	a.phase, a.phaseAt = phasePlateau, now.Add(hold)
@@ -408,5 +403,3 @@ func (a *Adaptive) set(r float64, now time.Time) {
 		a.logged = r
 	}
 }
-
-var debugAdaptive = os.Getenv("ADAPTDEBUG") != ""
