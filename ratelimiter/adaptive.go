@@ -23,24 +23,30 @@ type RateSetter interface {
 // under any ceiling set with SetCeiling. httplimit.Adaptive wires one into
 // an HTTP Transport.
 //
-// The control law, in three phases:
+// The control law:
 //
 //   - Start: the limiter's own rate is the first guess. While the callers
 //     use the rate and nothing is throttled, it doubles every second, so a
 //     guess 10× too low is corrected in a few seconds.
-//   - Cut: a throttle sets the rate to just under the rate the upstream
-//     actually served since the previous cut (the successes counted since,
-//     over the time since: the upstream's bucket was empty at both
-//     throttles, so this is what it refills at). The first throttle, with
-//     no earlier one to measure from, halves the rate. Throttles for
-//     requests sent before a cut say nothing new and change nothing.
-//   - Hold and probe: after a cut the rate stays put for a plateau, then
-//     rises, slowly at first and faster the longer no throttle comes, to
-//     find room the upstream may have made. A probe that finds the same
-//     ceiling again doubles the plateau (up to 2 minutes), so a steady
-//     upstream sees a probe, and a throttle, rarely; a quota that fell is
-//     probed for often, and fast, for 2 minutes, so its return is taken up
-//     within seconds.
+//   - Cut: a throttle sets the rate to 98% of what the upstream served
+//     since the previous cut: the successes counted since, over the time
+//     since. The upstream's bucket was empty at both throttles, so this is
+//     a floor of its refill rate, and equals it when the callers kept it
+//     busy. The first throttle, with nothing measured yet, halves the rate
+//     and the next one measures. Throttles of requests sent before a cut
+//     change nothing: the cut answered them.
+//   - Plateau and probe: after a cut the rate stays put for a plateau,
+//     then rises, gently at first and faster the longer no throttle comes,
+//     to find room the upstream may have made. What a failed probe got
+//     served beyond the upstream's burst (learned from an earlier probe or
+//     the start) is again a floor of the quota, taken if higher. A probe
+//     that finds the same ceiling makes the next plateau 4× longer, from 2
+//     seconds up to 2 minutes: a steady upstream sees a throttle every 2
+//     minutes or so.
+//   - Fall: a cut below a level that held means the quota fell. For the
+//     next 90 seconds the probe is a step straight back to that level every
+//     2.5 seconds: it costs one throttle while the quota is still low, and
+//     takes a returned quota within 5 seconds.
 //
 // The rate rises only while the callers use it (responses come at half the
 // rate or more): an idle client does not climb to max and then flood the
@@ -82,7 +88,6 @@ type Adaptive struct {
 	startServed float64 // OKs before the first throttle
 	startSpan   float64 // seconds from the first answer to the first throttle
 	cuts        int64
-	throttle    int64
 }
 
 type adaptPhase uint8
@@ -94,9 +99,11 @@ const (
 )
 
 // The law's constants. Why these: the first plateau is short so a fresh
-// estimate is checked soon; the longest is what keeps a steady upstream's
-// throttles to one every couple of minutes; a fall is remembered as long as
-// a typical shed of load lasts.
+// estimate is checked soon; the longest keeps a steady upstream's throttles
+// to one every couple of minutes, and is what a rise of the quota may wait
+// for; a fall is remembered as long as a typical shed of load lasts, and
+// probed for at a pace that takes its return within 5 s (hold + plateau +
+// the second it takes to show).
 const (
 	adaptMargin        = 0.98 // cut to this share of the measured rate
 	adaptFirstCut      = 0.5  // the first throttle's cut, with nothing measured
@@ -213,7 +220,6 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.count(now)
-	a.throttle++
 	if !a.cutAt.IsZero() && sent.Before(a.cutAt) {
 		return
 	}
