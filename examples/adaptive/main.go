@@ -25,13 +25,14 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/sluice-go/sluice/internal/adaptsim"
 )
 
 func main() {
-	svg := flag.String("svg", "", "also draw the rate against the quota to this SVG file")
+	svg := flag.String("svg", "", "also draw the rate against the quota to this SVG file (a PNG if it ends in .png)")
 	seed := flag.Uint64("seed", 1, "the runs' seed")
 	callers := flag.String("callers", "1,16", "concurrent callers, comma-separated")
 	flag.Parse()
@@ -165,7 +166,13 @@ func drawRates(file string, results []*adaptsim.Result, callers int) error {
 	const cols = 1
 	rows := len(panels)
 	width, height := 8*vg.Inch, vg.Length(rows)*2.6*vg.Inch
-	c := vgsvg.New(width, height)
+	var c interface {
+		vg.CanvasSizer
+		io.WriterTo
+	} = vgsvg.New(width, height)
+	if strings.HasSuffix(file, ".png") {
+		c = vgimg.PngCanvas{Canvas: vgimg.New(width, height)}
+	}
 	dc := draw.New(c)
 	t := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Points(4), PadY: vg.Points(8), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
 	grid := make([][]*plot.Plot, rows)
