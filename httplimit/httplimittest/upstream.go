@@ -10,6 +10,8 @@
 package httplimittest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -50,13 +52,14 @@ func Steps(initial float64, steps ...Step) Quota {
 // token is answered 200; one that finds none is answered 429 Too Many
 // Requests with Retry-After in whole seconds, rounded up (so at least 1),
 // as most servers send it. Create it with New; it is safe for concurrent
-// use. The answer is decided the instant RoundTrip is called: the upstream
-// has no latency.
+// use. By default the answer is decided the instant RoundTrip is called: the
+// upstream has no latency (see Latency).
 type Upstream struct {
 	quota  Quota
 	burst  float64
 	policy bool
 	res    time.Duration
+	delay  time.Duration // each way
 
 	mu      sync.Mutex
 	start   time.Time // zero until the first request
@@ -81,6 +84,18 @@ func AdvertisePolicy() Option { return func(u *Upstream) { u.policy = true } }
 // (default 100 ms).
 func Resolution(d time.Duration) Option { return func(u *Upstream) { u.res = d } }
 
+// Latency makes each request reach the upstream d/2 after RoundTrip is
+// called and its answer come back d/2 after that, so requests overlap in
+// flight. The waits are on real time, or a testing/synctest bubble's time:
+// inside a sched.Run loop the Transport calls RoundTrip through
+// sched.Blocking, which cannot wait on the loop's clock, so there
+// RoundTrip returns ErrLatencyInLoop.
+func Latency(d time.Duration) Option { return func(u *Upstream) { u.delay = d / 2 } }
+
+// ErrLatencyInLoop is returned by RoundTrip of an Upstream with Latency
+// called from a sched.Run loop.
+var ErrLatencyInLoop = errors.New("httplimittest: Latency needs plain goroutines (not a sched.Run loop)")
+
 // StartAt fixes the instant elapsed time counts from (default: the first
 // request).
 func StartAt(t time.Time) Option { return func(u *Upstream) { u.start = t } }
@@ -104,8 +119,21 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-	now := sched.Now(req.Context())
-	ok, q, wait := u.decide(now)
+	ctx := req.Context()
+	if u.delay > 0 {
+		if sched.InLoop(ctx) {
+			return nil, ErrLatencyInLoop
+		}
+		if err := sleep(ctx, u.delay); err != nil {
+			return nil, err
+		}
+	}
+	ok, q, wait := u.decide(sched.Now(ctx))
+	if u.delay > 0 {
+		// The answer is on its way back: it arrives even if ctx ends now,
+		// as a response already sent would.
+		time.Sleep(u.delay)
+	}
 	h := http.Header{}
 	if u.policy {
 		h.Set("RateLimit-Policy", fmt.Sprintf(`"quota";q=%d;w=1`, max(1, int64(q))))
@@ -124,6 +152,17 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:    http.NoBody,
 		Request: req,
 	}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // decide takes a token if there is one, reporting the quota in force and,

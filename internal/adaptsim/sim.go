@@ -137,40 +137,17 @@ type Result struct {
 // request as soon as its previous one is answered, for Duration of virtual
 // time under sched.Virtual with seed.
 func Run(sc Scenario, mode Mode, callers int, seed uint64) (*Result, error) {
-	const res = 100 * time.Millisecond
-	quota := sc.Quota(seed)
-	var up *httplimittest.Upstream
-	length := sc.Length
-	if length == 0 {
-		length = Duration
-	}
-	slots := int(length / res)
-	rates := make([]float64, slots)
+	rn := newRun(sc, seed)
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
 		start := sched.Now(ctx)
-		up = httplimittest.New(quota, httplimittest.Burst(Quota), httplimittest.Resolution(res), httplimittest.StartAt(start))
-		lim, err := ratelimiter.New(ctx, sc.Initial, 5)
+		rt, lim, err := rn.client(ctx, mode, start)
 		if err != nil {
 			return err
 		}
 		defer lim.Stop()
-		var rt http.RoundTripper
-		switch mode {
-		case Adaptive:
-			rt = httplimit.Transport(up, lim, httplimit.Adaptive(1, 10000), httplimit.AdaptiveLog(nil))
-		case Fixed:
-			rt = httplimit.Transport(up, lim)
-		case Retries:
-			rt = &retrier{base: up, lim: lim, max: 3}
-		case AIMD:
-			rt = httplimit.Transport(&observer{base: up, law: &aimd{lim: lim, rate: sc.Initial}}, lim)
-		default:
-			return fmt.Errorf("adaptsim: unknown mode %q", mode)
-		}
-		end := start.Add(length)
 		sched.Daemon(ctx, func(ctx context.Context) error { // samples the rate
-			for i := range rates {
-				rates[i] = lim.Rate()
+			for i := range rn.rates {
+				rn.rates[i] = lim.Rate()
 				if err := sched.Sleep(ctx, res); err != nil {
 					return nil
 				}
@@ -180,25 +157,9 @@ func Run(sc Scenario, mode Mode, callers int, seed uint64) (*Result, error) {
 		fibers := make([]*sched.Fiber, callers)
 		for i := range fibers {
 			fibers[i] = sched.Go(ctx, func(ctx context.Context) error {
-				ctx, cancel := sched.WithDeadline(ctx, end)
+				ctx, cancel := sched.WithDeadline(ctx, start.Add(rn.length))
 				defer cancel()
-				for ctx.Err() == nil {
-					req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://upstream.test/", nil)
-					if err != nil {
-						return err
-					}
-					resp, err := rt.RoundTrip(req)
-					if err != nil {
-						// The run's end: a wait that would pass it fails
-						// at once, matching DeadlineExceeded.
-						if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-							return nil
-						}
-						return err
-					}
-					resp.Body.Close()
-				}
-				return nil
+				return caller(ctx, rt)
 			})
 		}
 		for _, f := range fibers {
@@ -211,14 +172,123 @@ func Run(sc Scenario, mode Mode, callers int, seed uint64) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{Scenario: sc.Name, Mode: mode, Callers: callers, Res: res, Rate: rates}
-	r.Served, r.Refused = pad(up.Served(), slots), pad(up.Refused(), slots)
+	return rn.result(mode, callers), nil
+}
+
+// RunGoroutines is Run with plain goroutines for callers and an upstream
+// latency (each way half of it), so that requests overlap in flight. It
+// must be called inside a testing/synctest bubble (synctest.Test), whose
+// fake clock makes the minutes cost no real time; the bubble orders
+// goroutines as the runtime does, so runs with latency are not replayed
+// slot for slot by a seed.
+func RunGoroutines(sc Scenario, mode Mode, callers int, latency time.Duration, seed uint64) (*Result, error) {
+	rn := newRun(sc, seed)
+	rn.latency = latency
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(rn.length))
+	defer cancel()
+	rt, lim, err := rn.client(ctx, mode, start)
+	if err != nil {
+		return nil, err
+	}
+	defer lim.Stop()
+	var wg sync.WaitGroup
+	wg.Go(func() { // samples the rate
+		for i := range rn.rates {
+			rn.rates[i] = lim.Rate()
+			time.Sleep(res)
+		}
+	})
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() { errs[i] = caller(ctx, rt) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rn.result(mode, callers), nil
+}
+
+// res is the width of a Result's slots.
+const res = 100 * time.Millisecond
+
+// run is one run's setting and record.
+type run struct {
+	sc      Scenario
+	quota   httplimittest.Quota
+	length  time.Duration
+	latency time.Duration
+	up      *httplimittest.Upstream
+	rates   []float64
+}
+
+func newRun(sc Scenario, seed uint64) *run {
+	rn := &run{sc: sc, quota: sc.Quota(seed), length: sc.Length}
+	if rn.length == 0 {
+		rn.length = Duration
+	}
+	rn.rates = make([]float64, int(rn.length/res))
+	return rn
+}
+
+// client makes the upstream, starting at start, and mode's client of it.
+func (rn *run) client(ctx context.Context, mode Mode, start time.Time) (http.RoundTripper, *ratelimiter.Limiter, error) {
+	opts := []httplimittest.Option{httplimittest.Burst(Quota), httplimittest.Resolution(res), httplimittest.StartAt(start)}
+	if rn.latency > 0 {
+		opts = append(opts, httplimittest.Latency(rn.latency))
+	}
+	up := httplimittest.New(rn.quota, opts...)
+	rn.up = up
+	lim, err := ratelimiter.New(ctx, rn.sc.Initial, 5)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch mode {
+	case Adaptive:
+		return httplimit.Transport(up, lim, httplimit.Adaptive(1, 10000), httplimit.AdaptiveLog(nil)), lim, nil
+	case Fixed:
+		return httplimit.Transport(up, lim), lim, nil
+	case Retries:
+		return &retrier{base: up, lim: lim, max: 3}, lim, nil
+	case AIMD:
+		return httplimit.Transport(&observer{base: up, law: &aimd{lim: lim, rate: rn.sc.Initial}}, lim), lim, nil
+	}
+	lim.Stop()
+	return nil, nil, fmt.Errorf("adaptsim: unknown mode %q", mode)
+}
+
+// caller sends one request after another through rt until ctx ends.
+func caller(ctx context.Context, rt http.RoundTripper) error {
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://upstream.test/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			// The run's end: a wait that would pass it fails at once,
+			// matching DeadlineExceeded.
+			if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+				return nil
+			}
+			return err
+		}
+		resp.Body.Close()
+	}
+	return nil
+}
+
+func (rn *run) result(mode Mode, callers int) *Result {
+	slots := len(rn.rates)
+	r := &Result{Scenario: rn.sc.Name, Mode: mode, Callers: callers, Res: res, Rate: rn.rates}
+	r.Served, r.Refused = pad(rn.up.Served(), slots), pad(rn.up.Refused(), slots)
 	r.Quota = make([]float64, slots)
 	for i := range r.Quota {
-		r.Quota[i] = quota(time.Duration(i) * res)
+		r.Quota[i] = rn.quota(time.Duration(i) * res)
 	}
-	r.measure(sc)
-	return r, nil
+	r.measure(rn.sc)
+	return r
 }
 
 func pad(s []int64, n int) []int64 {
