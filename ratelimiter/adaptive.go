@@ -214,13 +214,13 @@ func (a *Adaptive) OK(sent, now time.Time) {
 
 // Throttled reports that a request sent at sent was refused for being too
 // fast, at now; hold is how long the upstream asked to wait (0 when it did
-// not say). A throttle for a request sent before the last cut changes
-// nothing: the cut already answered it.
+// not say). A throttle for a request sent before the last cut, or at its
+// instant, changes nothing: the cut already answered it.
 func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.count(now)
-	if !a.cutAt.IsZero() && sent.Before(a.cutAt) {
+	if !a.cutAt.IsZero() && !sent.After(a.cutAt) {
 		return
 	}
 	a.advance(now)

@@ -131,6 +131,9 @@ func TestAdaptiveIgnoresThrottlesSentBeforeTheCut(t *testing.T) {
 	for i := range 10 {
 		a.Throttled(sent.Add(time.Duration(i)*time.Millisecond), now.Add(time.Duration(i)*time.Millisecond), 0)
 	}
+	// Sent at the cut's very instant (a request that left as the throttle
+	// came back, before it could hold anything): in flight, answered too.
+	a.Throttled(now, now.Add(20*time.Millisecond), 0)
 	assert.Equal(t, 50.0, a.Rate())
 	assert.Equal(t, int64(1), a.Cuts())
 }
