@@ -1,6 +1,7 @@
 package adaptsim_test
 
 import (
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,8 +26,8 @@ func TestTargetsWithLatency(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				r, err := adaptsim.RunGoroutines(sc, adaptsim.Adaptive, 16, 20*time.Millisecond, 1)
 				require.NoError(t, err)
-				t.Logf("| %s | %.1f%% | %d | %d | %v | %v |", sc.Name,
-					100*r.Utilization, r.Refusals, r.FirstMinute, r.Reach90, r.Recovery)
+				t.Logf("| %s | adaptive | 16 | %.1f%% | %d | %d | %s | %s |", sc.Name,
+					100*r.Utilization, r.Refusals, r.FirstMinute, secs(r.Reach90), secs(r.Recovery))
 				assert.GreaterOrEqual(t, r.Utilization, 0.93, "quota used outside the minute after each change")
 				switch sc.Name {
 				case "unknown, start 10× low":
@@ -42,4 +43,11 @@ func TestTargetsWithLatency(t *testing.T) {
 			})
 		})
 	}
+}
+
+func secs(d time.Duration) string {
+	if d < 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s"
 }
