@@ -176,6 +176,7 @@ func TestAdaptiveMisuse(t *testing.T) {
 		assert.PanicsWithValue(t, "httplimit: ratelimiter: adaptive bounds: min 10, max 1: want 0 < min ≤ max", func() {
 			httplimit.Transport(nil, lim, httplimit.Adaptive(10, 1))
 		})
+		assert.Panics(t, func() { httplimit.Transport(nil, lim, httplimit.Adaptive(0, 0)) })
 	})
 }
 

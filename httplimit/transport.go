@@ -93,6 +93,7 @@ type RoundTripper struct {
 
 	// With Adaptive: the bounds and logger given, and the law made from
 	// them once every option is in (nil if the limiter has no SetRate).
+	lawSet         bool
 	lawMin, lawMax float64
 	lawLog         *slog.Logger
 	law            *ratelimiter.Adaptive
@@ -135,9 +136,9 @@ func AdaptToPolicy() TransportOption {
 // The rate is logged (slog.Default, level Info, unless AdaptiveLog says
 // otherwise) each time it moves by more than a factor of 2 from the rate
 // last logged; RoundTripper.Adaptive gives the law itself, for its Rate.
-// Bounds with 0 < min ≤ max not true panic in Transport.
+// Transport panics on bounds that are not 0 < min ≤ max.
 func Adaptive(min, max float64) TransportOption {
-	return func(t *RoundTripper) { t.lawMin, t.lawMax = min, max }
+	return func(t *RoundTripper) { t.lawSet, t.lawMin, t.lawMax = true, min, max }
 }
 
 // AdaptiveLog sends Adaptive's log lines to l (nil: none at all).
@@ -169,7 +170,7 @@ func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *Ro
 	for _, o := range opts {
 		o(t)
 	}
-	if rs, ok := lim.(rateSetter); ok && (t.lawMin != 0 || t.lawMax != 0) {
+	if rs, ok := lim.(rateSetter); ok && t.lawSet {
 		law, err := ratelimiter.NewAdaptive(rs, t.lawMin, t.lawMax, ratelimiter.LogChanges(t.lawLog, 2))
 		if err != nil {
 			panic("httplimit: " + err.Error())
