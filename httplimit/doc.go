@@ -9,6 +9,12 @@
 //
 //	client := &http.Client{Transport: httplimit.Transport(http.DefaultTransport, limiter)}
 //
+// With [Adaptive] the limiter's rate needs no figure: it follows what the
+// upstream accepts, rising while answers are clean and falling on
+// throttling answers, within bounds (the law is [ratelimiter.Adaptive]).
+// Package httplimittest has a simulated upstream, a changing GCRA quota in
+// memory, to test such clients in virtual time.
+//
 // Inbound, [Middleware] limits requests by key (the client's IP by default,
 // a header, or any function of the request) over any [store.Store]: the
 // in-process [store.Memory], the host-wide shmstore, Redis, or a running
@@ -44,5 +50,6 @@
 // its network.
 //
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
+// [ratelimiter.Adaptive]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Adaptive
 // [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
 package httplimit

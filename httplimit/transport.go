@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
 )
@@ -89,6 +91,13 @@ type RoundTripper struct {
 	retries int
 	adapt   bool
 
+	// With Adaptive: the bounds and logger given, and the law made from
+	// them once every option is in (nil if the limiter has no SetRate).
+	lawSet         bool
+	lawMin, lawMax float64
+	lawLog         *slog.Logger
+	law            *ratelimiter.Adaptive
+
 	mu    sync.Mutex
 	until time.Time               // guarded by mu; no request leaves before it
 	abort context.CancelCauseFunc // guarded by mu; ends the head's wait on the limiter (see take)
@@ -114,6 +123,38 @@ func AdaptToPolicy() TransportOption {
 	return func(t *RoundTripper) { t.adapt = true }
 }
 
+// Adaptive makes the Transport find the upstream's rate by itself: the
+// limiter's rate (when it has SetRate, as a *ratelimiter.Limiter does; any
+// other limiter is left alone) starts where it is and then follows what the
+// upstream accepts, by the control law of ratelimiter.Adaptive. It rises
+// while answers are clean, and falls on a 429, on a 503 with Retry-After and
+// on a RateLimit field with r=0; it never leaves [min, max] and never
+// exceeds a rate advertised in RateLimit-Policy (Q/W). Holds work as without
+// it: every answer that holds the queue still does. Other answers (a 500, a
+// network error) say nothing about the rate and change nothing.
+//
+// The rate is logged (slog.Default, level Info, unless AdaptiveLog says
+// otherwise) each time it moves by more than a factor of 2 from the rate
+// last logged; RoundTripper.Adaptive gives the law itself, for its Rate.
+// Transport panics on bounds that are not 0 < min ≤ max.
+func Adaptive(min, max float64) TransportOption {
+	return func(t *RoundTripper) { t.lawSet, t.lawMin, t.lawMax = true, min, max }
+}
+
+// AdaptiveLog sends Adaptive's log lines to l (nil: none at all).
+func AdaptiveLog(l *slog.Logger) TransportOption {
+	return func(t *RoundTripper) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		t.lawLog = l
+	}
+}
+
+// Adaptive returns the control law Adaptive set up, or nil (no Adaptive
+// option, or a limiter without SetRate).
+func (t *RoundTripper) Adaptive() *ratelimiter.Adaptive { return t.law }
+
 // Transport returns a RoundTripper that sends requests through base
 // (http.DefaultTransport when nil), each after one unit of lim.
 //
@@ -129,6 +170,13 @@ func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *Ro
 	for _, o := range opts {
 		o(t)
 	}
+	if rs, ok := lim.(rateSetter); ok && t.lawSet {
+		law, err := ratelimiter.NewAdaptive(rs, t.lawMin, t.lawMax, ratelimiter.LogChanges(t.lawLog, 2))
+		if err != nil {
+			panic("httplimit: " + err.Error())
+		}
+		t.law = law
+	}
 	return t
 }
 
@@ -143,6 +191,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		var resp *http.Response
+		sent := sched.Now(ctx)
 		err := sched.Blocking(ctx, func() error {
 			var err error
 			resp, err = t.base.RoundTrip(out)
@@ -151,7 +200,7 @@ func (t *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		held := t.learn(ctx, resp)
+		held := t.learn(ctx, resp, sent)
 		if !held || !retryable || attempt >= t.retries || ctx.Err() != nil {
 			return resp, nil
 		}
@@ -260,21 +309,26 @@ func (t *RoundTripper) sleepHold(ctx context.Context) error {
 	}
 }
 
-// learn reads what resp says about the upstream's limits: it adapts the
-// limiter (with AdaptToPolicy) and, for a 429 or 503 that says when to come
-// back, starts or extends the hold, reporting whether it did.
-func (t *RoundTripper) learn(ctx context.Context, resp *http.Response) bool {
+// learn reads what resp, to a request sent at sent, says about the
+// upstream's limits: it adapts the limiter (with AdaptToPolicy, Adaptive)
+// and, for a 429 or 503 that says when to come back, starts or extends the
+// hold, reporting whether it did.
+func (t *RoundTripper) learn(ctx context.Context, resp *http.Response, sent time.Time) bool {
 	if t.adapt {
 		t.adaptTo(resp.Header)
 	}
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
-		return false
-	}
 	now := sched.Now(ctx)
+	code := resp.StatusCode
 	// The draft (§7): when both are present, Retry-After takes precedence.
 	d, ok := retryAfter(resp.Header, now)
 	if !ok {
 		d, ok = rateLimitWait(resp.Header)
+	}
+	if t.law != nil {
+		t.feed(resp, sent, now, d, ok)
+	}
+	if code != http.StatusTooManyRequests && code != http.StatusServiceUnavailable {
+		return false
 	}
 	if !ok {
 		return false
@@ -336,12 +390,35 @@ func rateLimitWait(h http.Header) (time.Duration, bool) {
 	return time.Duration(min(wait, int64(MaxHold/time.Second))) * time.Second, true
 }
 
-func (t *RoundTripper) adaptTo(h http.Header) {
+// feed tells the control law what resp says: a throttle (a 429; a 503 that
+// says when to come back; any answer whose RateLimit field has r=0), or a
+// clean answer (below 500), under any ceiling RateLimit-Policy advertises.
+// wait and waitOK are the hold resp asks for, as learn read it.
+func (t *RoundTripper) feed(resp *http.Response, sent, now time.Time, wait time.Duration, waitOK bool) {
+	if rate, _, ok := policyOf(resp.Header); ok && !math.IsInf(rate, 1) {
+		t.law.SetCeiling(rate)
+	}
+	code := resp.StatusCode
+	_, exhausted := rateLimitWait(resp.Header)
+	switch {
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable && waitOK, exhausted:
+		if !waitOK {
+			wait = 0
+		}
+		t.law.Throttled(sent, now, wait)
+	case code < 500:
+		t.law.OK(sent, now)
+	}
+}
+
+// policyOf reads RateLimit-Policy: the lowest rate (Q/W) and burst
+// (sluice-burst) among its policies, +Inf and MaxInt64 where none says.
+func policyOf(h http.Header) (rate float64, burst int64, ok bool) {
 	items := parseSFList(h.Values("Ratelimit-Policy"))
 	if len(items) == 0 {
-		return
+		return 0, 0, false
 	}
-	rate, burst := math.Inf(1), int64(math.MaxInt64)
+	rate, burst = math.Inf(1), int64(math.MaxInt64)
 	for _, it := range items {
 		q, qok := it.params["q"]
 		w, wok := it.params["w"]
@@ -351,6 +428,14 @@ func (t *RoundTripper) adaptTo(h http.Header) {
 		if b, ok := it.params["sluice-burst"]; ok && b > 0 {
 			burst = min(burst, b)
 		}
+	}
+	return rate, burst, true
+}
+
+func (t *RoundTripper) adaptTo(h http.Header) {
+	rate, burst, ok := policyOf(h)
+	if !ok {
+		return
 	}
 	if rs, ok := t.lim.(rateSetter); ok && !math.IsInf(rate, 1) && rate < rs.Rate() {
 		_ = rs.SetRate(rate) // a rate the limiter refuses leaves it as it was

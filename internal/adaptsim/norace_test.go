@@ -1,0 +1,5 @@
+//go:build !race
+
+package adaptsim_test
+
+const raceEnabled = false
