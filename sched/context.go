@@ -39,9 +39,9 @@ type loopCtx struct {
 	cause      error
 	funcs      afterFuncList // AfterFunc callbacks, run once on cancel, in registration order
 	waiters    waiterList    // parked Waiters, cancelled on cancel
-	timer      Timer       // the deadline timer, nil when none is armed
-	stopParent func() bool // unregisters from a loop context parent
-	watching   *watch      // the watch on a standard parent
+	timer      Timer         // the deadline timer, nil when none is armed
+	stopParent func() bool   // unregisters from a loop context parent
+	watching   *watch        // the watch on a standard parent
 }
 
 func newLoopCtx(parent context.Context, l *loop) *loopCtx {
@@ -160,7 +160,7 @@ type afterFunc struct {
 	f func()
 
 	// Guarded by c.mu.
-	listed     bool      // in c.funcs: neither run nor stopped
+	listed     bool // in c.funcs: neither run nor stopped
 	prev, next *afterFunc
 	watches    watchList // waits on the standard child registered through a
 }
