@@ -49,7 +49,7 @@ func acquireUnder(ctx context.Context, kind string, lim *ratelimiter.Limiter) er
 // one golang.org/x/time/rate limiter of the same rate and burst under
 // context.WithTimeout, on real time (at least N µs of it: 1e6/s).
 //
-//	for i in 1 2 3 4 5; do go test -run '^$' -bench RunLoopScaling -benchtime 0.3s ./sched; done
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench RunLoopScaling -benchmem ./sched; done
 func BenchmarkRunLoopScaling(b *testing.B) {
 	for _, kind := range scaleKinds {
 		for _, n := range scaleFibers {
@@ -123,7 +123,7 @@ func reportPerFiber(b *testing.B, n int, cpu time.Duration) {
 // blocked on a channel (the least a parked goroutine holds). Reported as
 // B/parked; one op parks and releases all 64k.
 //
-//	go test -run '^$' -bench ParkedMemory -benchtime 3x -count 5 ./sched
+//	go test -run '^$' -bench ParkedMemory -benchtime 1x -count 5 ./sched
 func BenchmarkParkedMemory(b *testing.B) {
 	n := parkedN
 	for _, kind := range []string{"plain", "context.WithTimeout"} {
