@@ -118,14 +118,17 @@ func BenchmarkParkWake(b *testing.B) {
 // BenchmarkVirtualTimers: N fibers each sleep their own virtual duration
 // over and over, a million sleeps in all, each waking its fiber at its exact
 // deadline. Reports timer events per second of wall time, including the
-// start and end of every fiber. fibers=100000 is the shape; the
-// smaller shapes show the cost is the memory of many live coroutines (each
-// wake touches a cold fiber stack), not the timer heap.
+// start and end of every fiber, and the process's CPU time per event
+// (cpu-ns/event: on a loaded machine, without the time others ran).
+// fibers=100000 is the largest shape; the smaller shapes show the cost is
+// the memory of many live coroutines (each wake touches a cold fiber
+// stack), not the timer heap.
 func BenchmarkVirtualTimers(b *testing.B) {
 	for _, fibers := range []int{100_000, 10_000, 1_000} {
 		b.Run(fmt.Sprintf("fibers=%d", fibers), func(b *testing.B) {
 			b.ReportAllocs()
 			sleeps := 1_000_000 / fibers
+			cpu0 := cpuTime()
 			for i := 0; i < b.N; i++ {
 				err := sched.Run(context.Background(), func(ctx context.Context) error {
 					for j := 0; j < fibers; j++ {
@@ -146,6 +149,7 @@ func BenchmarkVirtualTimers(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(fibers*sleeps*b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(fibers*sleeps*b.N), "cpu-ns/event")
 		})
 	}
 }
@@ -173,6 +177,7 @@ func BenchmarkCoroutineFloor(b *testing.B) {
 			}()
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := cpuTime()
 			j := 0
 			for i := 0; i < b.N; i++ {
 				j = (j + 7919) % n // a prime stride: every coroutine, scattered
@@ -180,6 +185,7 @@ func BenchmarkCoroutineFloor(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +302,56 @@ func TestAfterFuncStopAndOutsideALoop(t *testing.T) {
 	sched.AfterFunc(c, func() { close(done) })
 	cancel()
 	<-done
+}
+
+// checkedCtx counts the calls that look at whether a context has ended.
+type checkedCtx struct {
+	context.Context
+	checks *atomic.Int64
+}
+
+func (c checkedCtx) Err() error {
+	c.checks.Add(1)
+	return c.Context.Err()
+}
+
+func (c checkedCtx) Done() <-chan struct{} {
+	c.checks.Add(1)
+	return c.Context.Done()
+}
+
+// A wait on a standard context made from a loop context costs nothing per
+// scheduling decision: with 500 such waits parked, 200 decisions look at
+// none of their contexts; each wait looks at its own a bounded number of
+// times, and its cancel still lands before cancel returns.
+func TestStandardWaitsAreNotCheckedPerDecision(t *testing.T) {
+	const waits, decisions = 500, 200
+	var checks atomic.Int64
+	var q waitQueue
+	require.NoError(t, runV(func(ctx context.Context) error {
+		cancels := make([]context.CancelFunc, waits)
+		fibers := make([]*sched.Fiber, waits)
+		for i := range waits {
+			wctx, cancel := context.WithTimeout(ctx, time.Hour)
+			cancels[i] = cancel
+			c := checkedCtx{wctx, &checks}
+			fibers[i] = sched.Go(ctx, func(context.Context) error { return q.wait(c) })
+		}
+		sched.Yield(ctx) // all parked
+		require.Equal(t, waits, q.len())
+		parked := checks.Load()
+		for range decisions {
+			sched.Yield(ctx)
+		}
+		assert.Equal(t, parked, checks.Load(), "contexts looked at while nothing ended")
+		for i, cancel := range cancels {
+			cancel()
+			require.Equal(t, waits-i-1, q.len(), "a cancel that had not landed when it returned")
+		}
+		for _, f := range fibers {
+			require.ErrorIs(t, f.Wait(ctx), context.Canceled)
+		}
+		return nil
+	}))
+	assert.LessOrEqual(t, checks.Load(), int64(8*waits), "checks per wait")
 }

@@ -2,8 +2,6 @@ package sched
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,12 +37,11 @@ type loopCtx struct {
 
 	mu         sync.Mutex
 	cause      error
-	funcs      map[uint64]func() // AfterFunc callbacks, run once on cancel
-	nextFunc   uint64
-	waiters    waiterList  // parked Waiters, cancelled on cancel
-	timer      Timer       // the deadline timer, nil when none is armed
-	stopParent func() bool // unregisters from a loop context parent
-	watching   *watch      // the watch on a standard parent
+	funcs      afterFuncList // AfterFunc callbacks, run once on cancel, in registration order
+	waiters    waiterList    // parked Waiters, cancelled on cancel
+	timer      Timer         // the deadline timer, nil when none is armed
+	stopParent func() bool   // unregisters from a loop context parent
+	watching   *watch        // the watch on a standard parent
 }
 
 func newLoopCtx(parent context.Context, l *loop) *loopCtx {
@@ -143,24 +140,77 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 		f()
 		return func() bool { return false }
 	}
-	if c.funcs == nil {
-		c.funcs = make(map[uint64]func())
-	}
-	c.nextFunc++
-	id := c.nextFunc
-	c.funcs[id] = f
+	a := &afterFunc{c: c, f: f}
+	c.funcs.push(a)
 	c.mu.Unlock()
-	return func() bool {
-		c.mu.Lock()
-		_, ok := c.funcs[id]
-		delete(c.funcs, id)
+	// A method value: its closure is how a standard child of c, which
+	// keeps it, leads a wait back to a (see linkedAfterFunc).
+	return a.stop
+}
+
+// An afterFunc is one AfterFunc registration on a loop context. When the
+// standard library registers a child context through it (context.WithCancel
+// and the like made directly from a loop context), the waits parked on that
+// child are listed here: the child can end only by its own cancel or timer,
+// which calls stop, or through c's cancel, which calls f; both run this
+// package's code on the cancelling goroutine, which ends those waits then,
+// with no scan and no goroutine in between.
+type afterFunc struct {
+	c *loopCtx
+	f func()
+
+	// Guarded by c.mu.
+	listed     bool // in c.funcs: neither run nor stopped
+	prev, next *afterFunc
+	watches    watchList // waits on the standard child registered through a
+}
+
+// stop unregisters a, reporting whether it did so before f started. The
+// standard child registered through a calls it once that child is done
+// (its cancel function or its deadline ended it): the waits on the child
+// end now, before cancel returns, and so do those on its standard
+// descendants (settle).
+func (a *afterFunc) stop() bool {
+	c := a.c
+	c.mu.Lock()
+	if !a.listed {
 		c.mu.Unlock()
-		// A standard child of c that is cancelled by its own cancel
-		// function unregisters here, after it and its descendants are
-		// done: settle now, so waits on them end before cancel returns.
-		c.l.settle()
-		return ok
+		return false
 	}
+	c.funcs.remove(a)
+	ws := a.watches.takeAll()
+	c.mu.Unlock()
+	fireAll(ws)
+	c.l.settle()
+	return true
+}
+
+// afterFuncList is a doubly linked list of registrations in registration
+// order.
+type afterFuncList struct{ head, tail *afterFunc }
+
+func (q *afterFuncList) push(a *afterFunc) {
+	a.prev, a.next, a.listed = q.tail, nil, true
+	if q.tail != nil {
+		q.tail.next = a
+	} else {
+		q.head = a
+	}
+	q.tail = a
+}
+
+func (q *afterFuncList) remove(a *afterFunc) {
+	if a.prev != nil {
+		a.prev.next = a.next
+	} else {
+		q.head = a.next
+	}
+	if a.next != nil {
+		a.next.prev = a.prev
+	} else {
+		q.tail = a.prev
+	}
+	a.prev, a.next, a.listed = nil, nil, false
 }
 
 // addWaiter registers w to be cancelled with c. It reports false, registering
@@ -212,8 +262,16 @@ func (c *loopCtx) cancel(err, cause error) {
 		w.ctx = nil
 	}
 	c.waiters = waiterList{}
-	funcs := c.funcs
-	c.funcs = nil
+	// Every registration is taken with the waits linked to it: a wait
+	// that tries to link from now on finds c done and is settled instead.
+	var funcs []*afterFunc
+	for a := c.funcs.head; a != nil; {
+		next := a.next
+		a.prev, a.next, a.listed = nil, nil, false
+		funcs = append(funcs, a)
+		a = next
+	}
+	c.funcs = afterFuncList{}
 	timer, stopParent, watching := c.timer, c.stopParent, c.watching
 	c.timer, c.stopParent, c.watching = nil, nil, nil
 	c.mu.Unlock()
@@ -230,13 +288,18 @@ func (c *loopCtx) cancel(err, cause error) {
 	for _, p := range parked {
 		p.w.cancelGen(p.gen)
 	}
-	// In registration order (a map's order is random): the standard
-	// children cancel their own children synchronously, in turn.
-	for _, id := range slices.Sorted(maps.Keys(funcs)) {
-		funcs[id]()
+	// In registration order: the standard children cancel their own
+	// children synchronously, in turn, and the waits on each child end
+	// right after it.
+	for _, a := range funcs {
+		a.f()
+		c.mu.Lock()
+		ws := a.watches.takeAll()
+		c.mu.Unlock()
+		fireAll(ws)
 	}
-	// Waits on those standard descendants end now, not at the next
-	// scheduling decision.
+	// Waits on standard descendants further down end now too, not at the
+	// next scheduling decision.
 	c.l.settle()
 }
 

@@ -19,13 +19,22 @@
 // before its cancel returns. A wait on a standard context derived from one
 // (context.WithCancel, WithCancelCause, WithTimeout, WithDeadline, chains
 // through WithoutCancel or WithValue) ends, once cancel has returned on the
-// loop's goroutine, before any other fiber runs: the loop checks such
-// contexts at every scheduling decision instead of waiting for the goroutine
-// on which the standard library reports them. A cancel from another
+// loop's goroutine, before any other fiber runs. A cancel from another
 // goroutine lands no later than the first scheduling decision after it
 // returned. context.AfterFunc always runs its function on a goroutine of its
 // own; use AfterFunc of this package for a callback at a fixed point of the
 // schedule.
+//
+// What a wait costs per scheduling decision: nothing, for a wait on a
+// context of this package, and for one on a standard context made directly
+// from one (through WithValue wrappers only), the usual
+// context.WithTimeout(ctx, d) in a fiber: such a child reports its end to
+// the loop synchronously, through the AfterFunc method of its parent, and
+// the wait ends there. A standard context further down a chain of standard
+// contexts, or under WithoutCancel, reports its end only on a goroutine of
+// its own; the loop checks each wait on such a context at every scheduling
+// decision instead of waiting for that goroutine, which costs in proportion
+// to those waits.
 //
 // # Exploring schedules
 //

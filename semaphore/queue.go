@@ -263,11 +263,21 @@ func (q *Queue) checkDeadline(ctx context.Context, now time.Time, n int64) error
 	if d >= 0 && now.Add(d).Before(deadline) {
 		return nil
 	}
+	return q.deadlineError(n, d, deadline.Sub(now))
+}
+
+// deadlineError is checkDeadline's error, built out of line: formatting
+// needs a large frame, and a frame on the path of every wait with a
+// deadline would make each parked fiber's stack grow past its first size
+// (a fiber parks with that stack for as long as it waits).
+//
+//go:noinline
+func (q *Queue) deadlineError(n int64, d, left time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("%s n=%d: the units will never be there: %w", q.reason, n, context.DeadlineExceeded)
 	}
 	return fmt.Errorf("%s n=%d: would wait %v, past ctx's deadline in %v: %w",
-		q.reason, n, d, deadline.Sub(now), context.DeadlineExceeded)
+		q.reason, n, d, left, context.DeadlineExceeded)
 }
 
 // TryAcquire takes n units without blocking and reports whether it did,
