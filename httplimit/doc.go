@@ -44,5 +44,5 @@
 // its network.
 //
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
-// [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
+// [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/cmd/sluice/client#Client.Store
 package httplimit

@@ -34,7 +34,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // cachedTokens is how many remaining-token counts get their header values
