@@ -52,7 +52,6 @@ import (
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/sharedbucket"
 	"github.com/sluice-go/sluice/ticker"
 )
 
@@ -81,7 +80,7 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 // Rate in the long run: the k-th token after the bucket ran dry comes at
 // exactly k/Rate seconds.
 //
-// The bound (of the limiter's own bucket; with Shared, the table's holds
+// The bound (of the limiter's own bucket; with Shared, the shared bucket's holds
 // for what this process takes from it): over any window [s, e], calls of
 // n ≤ Burst are granted at most Burst + Rate·(e−s) tokens in total, through
 // cancels, timeouts, SetRate (each rate counts for the part of the window
@@ -124,7 +123,7 @@ type Limiter struct {
 }
 
 // A tokenSource feeds a Limiter's queue: a bucket refilled from the clock,
-// or a shared table. What differs between them is here, not in branches
+// or a shared bucket. What differs between them is here, not in branches
 // through the Limiter. Every method runs under the queue's lock.
 type tokenSource interface {
 	semaphore.Source
@@ -139,10 +138,9 @@ type tokenSource interface {
 type Option func(*config)
 
 type config struct {
-	clock clock.Clock
-	table *sharedbucket.Table
-	key   string
-	err   error
+	clock  clock.Clock
+	shared SharedBucket
+	err    error
 }
 
 // WithClock sets the time source used outside any loop (the default is real
@@ -209,8 +207,8 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	l := &Limiter{}
 	alarm := ticker.NewAlarm(c, func() { l.q.Refill() })
 	var full int64
-	if cfg.table != nil {
-		s := newShared(c, cfg.table, cfg.key)
+	if cfg.shared != nil {
+		s := newShared(c, cfg.shared)
 		s.alarm = alarm
 		l.src = s
 	} else {
@@ -254,7 +252,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 //     cannot be there before ctx's deadline even if every waiter ahead gave
 //     up (n minus the tokens there now, at the rate), as x/time/rate's Wait;
 //   - ErrStopped once the limiter is stopped;
-//   - an error naming n when n < 0 (or, with Shared, n above the table's
+//   - an error naming n when n < 0 (or, with Shared, n above the shared bucket's
 //     burst, which no wait could satisfy).
 //
 // Acquire(ctx, 0) returns at once: ctx.Err(), or nil.
@@ -311,7 +309,7 @@ func (l *Limiter) TryAcquire(n int) bool {
 // accrued so far (and the fraction of the next) are kept, and parked
 // Acquire calls are re-timed at once for the new rate. This is how a client
 // backs off when the upstream answers 429. A rate New would refuse is an
-// error naming it, and so is any SetRate with Shared (the table's policy is
+// error naming it, and so is any SetRate with Shared (the shared bucket's is
 // the rate).
 func (l *Limiter) SetRate(rate float64) error {
 	if err := checkRate(rate); err != nil {
@@ -325,7 +323,7 @@ func (l *Limiter) SetRate(rate float64) error {
 // SetBurst changes the bucket's size of a live limiter: a bucket holding
 // more than the new burst keeps only burst, and parked Acquire calls are
 // re-timed at once. A burst below 1 is an error naming it, and so is any
-// SetBurst with Shared (the table's policy is the burst).
+// SetBurst with Shared (the shared bucket's is the burst).
 func (l *Limiter) SetBurst(burst int) error {
 	if err := checkBurst(burst); err != nil {
 		return err
@@ -348,7 +346,7 @@ func (l *Limiter) Stop() bool {
 // Tokens returns the tokens in the bucket now, with the fraction of the next
 // one accrued so far: a number in [0, Burst]. Tokens collected by a waiting
 // Acquire are not in the bucket. With Shared it is this process's unspent
-// share plus what the table's bucket holds.
+// share plus what the shared bucket holds.
 func (l *Limiter) Tokens() float64 {
 	var t float64
 	l.q.Do(func(s *semaphore.State) { t = l.src.tokens(s.Now, s.Avail, s.Waiting) })
@@ -363,13 +361,13 @@ func (l *Limiter) Waiters() int { return l.q.Waiters() }
 func (l *Limiter) Running() bool { return l.q.Closed() == nil }
 
 // Rate returns the refill rate in tokens per second (with Shared, the
-// table's: Limit per Window).
+// shared bucket's).
 func (l *Limiter) Rate() float64 {
 	r, _ := l.params()
 	return r
 }
 
-// Burst returns the bucket's size (with Shared, the table's burst).
+// Burst returns the bucket's size (with Shared, the shared bucket's).
 func (l *Limiter) Burst() int {
 	_, b := l.params()
 	return int(b)
