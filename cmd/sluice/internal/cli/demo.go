@@ -165,7 +165,7 @@ loop:
 		fmt.Fprintf(w, "\n  plot written to %s\n", *plotFile)
 	}
 	fmt.Fprintf(w, "\nEach replica got about a third, with no coordination between them: the SUM is held at the\n"+
-		"limit, not each replica. Run it for real with `sluice serve` and `sluice client` (see README).\n")
+		"limit, not each replica. Run it for real with `sluice serve` and `sluice client`: docs/service.md.\n")
 	cancel()
 	if err := <-errc; err != nil {
 		_, _ = fmt.Fprintf(stderr, "sluice demo: server: %v\n", err)

@@ -1,4 +1,4 @@
-package semaphore_test
+package bench_test
 
 import (
 	"context"
