@@ -33,9 +33,9 @@
 // goes through the lock.
 //
 // The shape is in the imports: a Limiter is the FIFO core of package
-// semaphore (semaphore.Queue: queue, hand-off, cancellation, hand-back)
+// semaphore (queue.Queue: queue, hand-off, cancellation, hand-back)
 // whose units are tokens credited lazily from the clock, and its refill
-// timer is the ticker's lazy timer (ticker.Alarm), armed only while someone
+// timer is the ticker's lazy timer (alarm.Alarm), armed only while someone
 // waits. With the Shared option the tokens come instead from a
 // sharedbucket.Table, so one limit holds across every process on the host.
 package ratelimiter
@@ -49,10 +49,10 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/ticker"
 )
 
 // ErrStopped is returned by Acquire once the limiter is stopped, by Stop or
@@ -116,21 +116,21 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 // A Limiter is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
 type Limiter struct {
-	q         *semaphore.Queue // free units: the tokens in the bucket (uncapped while someone waits)
-	src       tokenSource      // the Queue's Source; its state is guarded by the Queue's lock
-	b         *bucket          // src when it is a bucket (its fast path), else nil
-	stopWatch func() bool      // unregisters the stop at the end of the run
+	q         *queue.Queue // free units: the tokens in the bucket (uncapped while someone waits)
+	src       tokenSource  // the Queue's Source; its state is guarded by the Queue's lock
+	b         *bucket      // src when it is a bucket (its fast path), else nil
+	stopWatch func() bool  // unregisters the stop at the end of the run
 }
 
 // A tokenSource feeds a Limiter's queue: a bucket refilled from the clock,
 // or a shared bucket. What differs between them is here, not in branches
 // through the Limiter. Every method runs under the queue's lock.
 type tokenSource interface {
-	semaphore.Source
+	queue.Source
 	check(n int) error // a request no wait can satisfy
 	params() (rate float64, burst int64)
 	setRate(now time.Time, rate float64) error
-	setBurst(s *semaphore.State, burst int64) error
+	setBurst(s *queue.State, burst int64) error
 	tokens(now time.Time, avail int64, waiting bool) float64
 }
 
@@ -205,7 +205,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	}
 	c := sched.ClockOf(ctx, cfg.clock)
 	l := &Limiter{}
-	alarm := ticker.NewAlarm(c, func() { l.q.Refill() })
+	alarm := alarm.New(c, func() { l.q.Refill() })
 	var full int64
 	if cfg.shared != nil {
 		s := newShared(c, cfg.shared)
@@ -232,7 +232,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 			b.held = true
 		}
 	}
-	l.q = semaphore.NewQueue("ratelimiter.Acquire", full, l.src)
+	l.q = queue.New("ratelimiter.Acquire", full, l.src)
 	l.stopWatch = sched.AfterRun(ctx, func() { l.q.Close(ErrStopped) })
 	return l, nil
 }
@@ -316,7 +316,7 @@ func (l *Limiter) SetRate(rate float64) error {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) { err = l.src.setRate(s.Now, rate) })
+	l.q.Do(func(s *queue.State) { err = l.src.setRate(s.Now, rate) })
 	return err
 }
 
@@ -329,7 +329,7 @@ func (l *Limiter) SetBurst(burst int) error {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) { err = l.src.setBurst(s, int64(burst)) })
+	l.q.Do(func(s *queue.State) { err = l.src.setBurst(s, int64(burst)) })
 	return err
 }
 
@@ -349,7 +349,7 @@ func (l *Limiter) Stop() bool {
 // share plus what the shared bucket holds.
 func (l *Limiter) Tokens() float64 {
 	var t float64
-	l.q.Do(func(s *semaphore.State) { t = l.src.tokens(s.Now, s.Avail, s.Waiting) })
+	l.q.Do(func(s *queue.State) { t = l.src.tokens(s.Now, s.Avail, s.Waiting) })
 	return t
 }
 
@@ -377,7 +377,7 @@ func (l *Limiter) Burst() int {
 // Limiter): 0 with Shared.
 func (l *Limiter) dropped() float64 {
 	var d float64
-	l.q.Do(func(*semaphore.State) {
+	l.q.Do(func(*queue.State) {
 		if l.b != nil {
 			d = l.b.dropped.tokens()
 		}
@@ -386,7 +386,7 @@ func (l *Limiter) dropped() float64 {
 }
 
 func (l *Limiter) params() (rate float64, burst int64) {
-	l.q.Do(func(*semaphore.State) { rate, burst = l.src.params() })
+	l.q.Do(func(*queue.State) { rate, burst = l.src.params() })
 	return rate, burst
 }
 

@@ -6,9 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/ticker"
 )
 
 // SharedBucket is a token bucket held outside the limiter, which other
@@ -76,7 +76,7 @@ const closedRetry = time.Second
 // This is the one place the limiter calls a SharedBucket.
 type shared struct {
 	clock  sched.Clock
-	alarm  *ticker.Alarm
+	alarm  *alarm.Alarm
 	bucket SharedBucket
 	rate   float64
 	burst  int64
@@ -136,7 +136,7 @@ func (s *shared) setRate(_ time.Time, rate float64) error {
 	return fmt.Errorf("ratelimiter: SetRate(%v): the rate of a Shared limiter is its bucket's", rate)
 }
 
-func (s *shared) setBurst(_ *semaphore.State, burst int64) error {
+func (s *shared) setBurst(_ *queue.State, burst int64) error {
 	return fmt.Errorf("ratelimiter: SetBurst(%d): the burst of a Shared limiter is its bucket's", burst)
 }
 

@@ -1,4 +1,8 @@
-package semaphore
+// Package queue is the one parking core of Sluice: a count of free units and
+// the callers waiting for them, served in strict FIFO order with direct
+// hand-off. semaphore.Semaphore, ticker.Ticker and ratelimiter.Limiter are
+// built on it.
+package queue
 
 import (
 	"context"
@@ -98,10 +102,10 @@ type Settler interface {
 	Settle(now time.Time, avail int64) int64
 }
 
-// NewQueue returns a queue with avail free units, fed by src (nil for none:
+// New returns a queue with avail free units, fed by src (nil for none:
 // units then come only from Release). reason names the wait in a
 // sched.DeadlockError, for example "ratelimiter.Acquire".
-func NewQueue(reason string, avail int64, src Source) *Queue {
+func New(reason string, avail int64, src Source) *Queue {
 	q := &Queue{}
 	q.init(reason, avail, src)
 	return q
@@ -110,6 +114,23 @@ func NewQueue(reason string, avail int64, src Source) *Queue {
 func (q *Queue) init(reason string, avail int64, src Source) {
 	q.reason, q.avail, q.src = reason, avail, src
 	q.settle, _ = src.(Settler)
+}
+
+// ReleaseUpTo is Release for an owner whose free units never exceed max (a
+// semaphore's size): when n would take them past max it adds nothing and
+// returns false with the units held (max less the free ones).
+func (q *Queue) ReleaseUpTo(n, max int64) (held int64, ok bool) {
+	now := q.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.avail+n > max || q.avail+n < q.avail {
+		return max - q.avail, false
+	}
+	q.avail += n
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
+	}
+	return 0, true
 }
 
 // settleLocked lets a Settler take the state back into its own word at the

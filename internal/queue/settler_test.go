@@ -1,4 +1,4 @@
-package semaphore_test
+package queue_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/semaphore"
+	"github.com/sluice-go/sluice/internal/queue"
 )
 
 // wordSource is a Settler whose free units live, while settled, in a word
@@ -80,7 +80,7 @@ func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
 func TestSettlerHoldsWhileAnyoneWaits(t *testing.T) {
 	src := &wordSource{}
 	src.word.Store(3)
-	q := semaphore.NewQueue("test", 0, src)
+	q := queue.New("test", 0, src)
 	ok, decided := src.take(1)
 	require.True(t, ok && decided)
 	_, ok = q.TryAcquire(1) // under the lock: holds, takes, hands back

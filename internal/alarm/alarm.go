@@ -1,4 +1,6 @@
-package ticker
+// Package alarm is the lazy timer of the queue's Sources: one callback on a
+// sched.Clock, armed only while its owner needs it.
+package alarm
 
 import (
 	"time"
@@ -13,7 +15,7 @@ import (
 // ratelimiter.Limiter for the instant its head waiter's tokens are due.
 //
 // An Alarm is not safe for concurrent use: its owner calls Set and Clear
-// under its own lock (a semaphore.Queue's, for a Source). The callback runs
+// under its own lock (a queue.Queue's, for a Source). The callback runs
 // on the clock's timer goroutine (the loop's goroutine under a virtual
 // clock), without that lock; a callback of an earlier arming may arrive late,
 // so it must work out from the clock what is due.
@@ -25,8 +27,8 @@ type Alarm struct {
 	at    time.Time
 }
 
-// NewAlarm returns an unarmed alarm that calls f on clock.
-func NewAlarm(clock sched.Clock, f func()) *Alarm { return &Alarm{clock: clock, f: f} }
+// New returns an unarmed alarm that calls f on clock.
+func New(clock sched.Clock, f func()) *Alarm { return &Alarm{clock: clock, f: f} }
 
 // Set arms the alarm for at (at least 1 ns after now), unless it is armed
 // for at already and at is still ahead.

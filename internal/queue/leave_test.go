@@ -1,4 +1,4 @@
-package semaphore_test
+package queue_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
 )
 
 // capSource produces the units the test puts in pending at the next Fill,
@@ -49,7 +49,7 @@ func (s *capSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
 func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 	run(t, func(ctx context.Context) error {
 		src := &capSource{limit: 1}
-		q := semaphore.NewQueue("test", 0, src)
+		q := queue.New("test", 0, src)
 		actx, cancelA := context.WithCancel(ctx)
 		a := sched.Go(ctx, func(context.Context) error { _, err := q.Acquire(actx, 3); return err })
 		var granted []string
