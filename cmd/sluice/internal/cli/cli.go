@@ -35,8 +35,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		return Demo(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
-		_, _ = fmt.Fprintln(stdout, Version())
-		return 0
+		return versionCmd(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		_, _ = io.WriteString(stdout, usage)
 		return 0

@@ -95,6 +95,29 @@ func TestClientTimeoutExceedsStoreTimeout(t *testing.T) {
 	assert.Greater(t, client.DefaultTimeout, service.DefaultStoreTimeout)
 }
 
+// demo -plot with a format it cannot draw is refused before the demo runs
+// (a -duration of an hour would otherwise hold the test), and leaves no file.
+func TestDemoPlotRefusesFormatFirst(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "x.gif")
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, cli.Main(context.Background(), []string{"demo", "-duration", "1h", "-plot", file}, &out, &errb))
+	assert.Contains(t, errb.String(), ".svg, .png or .pdf")
+	assert.Empty(t, out.String())
+	_, err := os.Stat(file)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// version -h prints the command's usage, not the version.
+func TestVersionHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, cli.Main(context.Background(), []string{"version", "-h"}, &out, &errb))
+	assert.Contains(t, errb.String(), "usage: sluice version")
+	assert.Empty(t, out.String())
+	require.Equal(t, 2, cli.Main(context.Background(), []string{"version", "extra"}, &out, &errb))
+	require.Equal(t, 0, cli.Main(context.Background(), []string{"version"}, &out, &errb))
+	assert.Contains(t, out.String(), "sluice ")
+}
+
 // demo -plot draws the replicas and the limit line to an SVG file.
 func TestDemoPlot(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "demo.svg")

@@ -36,6 +36,14 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if *plotFile != "" {
+		// Why here: the format is known from the name alone, and a demo
+		// that ran for its whole duration must not end in a refusal.
+		if err := checkPlotFile(*plotFile); err != nil {
+			_, _ = fmt.Fprintf(stderr, "sluice demo: -plot: %v\n", err)
+			return 2
+		}
+	}
 	if *replicas < 1 || *rps <= 0 || *duration <= 0 {
 		_, _ = fmt.Fprintln(stderr, "sluice demo: -replicas, -rps and -duration must be positive")
 		return 2

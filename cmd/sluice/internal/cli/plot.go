@@ -3,8 +3,10 @@ package cli
 import (
 	"fmt"
 	"image/color"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -17,6 +19,15 @@ import (
 // the limit line rate·t + burst, to file (format from its extension: .svg,
 // .png, .pdf …). start is the instant the replicas started; elapsed the
 // run's length.
+// checkPlotFile reports whether file names a format plotDemo draws.
+func checkPlotFile(file string) error {
+	switch strings.ToLower(filepath.Ext(file)) {
+	case ".svg", ".png", ".pdf":
+		return nil
+	}
+	return fmt.Errorf("%s: the plot is drawn as .svg, .png or .pdf, chosen by the file's extension", file)
+}
+
 func plotDemo(file string, results []ReplicaStats, start time.Time, elapsed time.Duration, rate float64, burst int64) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%d replicas share one limit of %g/s, burst %d", len(results), rate, burst)
