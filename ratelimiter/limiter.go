@@ -3,6 +3,21 @@
 // until its tokens are free, in strict FIFO order, and honours context
 // timeouts and cancellation; its bound holds through them (see Limiter).
 //
+//	limiter, err := ratelimiter.New(ctx, 5, 10) // 5 per second, bursts of 10
+//	if err != nil { ... }
+//	defer limiter.Stop()
+//	for _, url := range urls {
+//		if err := limiter.Acquire(ctx, 1); err != nil {
+//			return err // ctx ended (holding nothing), or the limiter was stopped
+//		}
+//		resp, err := http.Get(url)
+//		...
+//	}
+//
+// TryAcquire takes tokens only if they are there now; SetRate and SetBurst
+// re-time the waiters at once; Shared takes the tokens from a bucket that
+// other processes share (a sharedbucket.Bucket).
+//
 // The context carries the time domain; the clocks that drive a limiter:
 //   - a sched.Run loop's: Acquire parks the calling fiber and the limiter
 //     runs on the loop's clock, so under a virtual clock (sched.Virtual) an
@@ -32,12 +47,12 @@
 // passes a parked Acquire: while anyone waits, or once stopped, every call
 // goes through the lock.
 //
-// The shape is in the imports: a Limiter is the FIFO core of package
-// semaphore (queue.Queue: queue, hand-off, cancellation, hand-back)
-// whose units are tokens credited lazily from the clock, and its refill
-// timer is the ticker's lazy timer (alarm.Alarm), armed only while someone
-// waits. With the Shared option the tokens come instead from a
-// sharedbucket.Table, so one limit holds across every process on the host.
+// Inside, a Limiter is the FIFO core that semaphore.Semaphore and
+// ticker.Ticker are built on too (queue, hand-off, cancellation,
+// hand-back), whose units are tokens credited lazily from the clock, and its
+// refill timer is armed only while someone waits. With the Shared option
+// the tokens come instead from a SharedBucket, so one limit holds across
+// every process that shares it.
 package ratelimiter
 
 import (
