@@ -17,7 +17,7 @@ import (
 // allowed request, for one client IP and for 1000 (rotating): bare is the
 // handler alone, sluice the httplimit middleware over store.Memory, httprate
 // go-chi/httprate's LimitByIP (its in-memory sliding-window counter), the
-// baseline of the issue, in the same run. Every request is allowed: the
+// peer baseline, in the same run. Every request is allowed: the
 // limits are far above the benchmark's pace. Overhead = mw − bare.
 func BenchmarkMiddleware(b *testing.B) {
 	bare := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })

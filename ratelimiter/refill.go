@@ -22,9 +22,9 @@ import (
 // collect n > Burst; when nobody waits the queue keeps at most Burst, and a
 // full bucket moves base to now: idle time is never banked beyond Burst.
 //
-// Why not one timer tick per token (the reference's ticker fiber): a timer
+// Why not one timer tick per token (a ticker fiber feeding the bucket): a timer
 // per token costs a wake-up per token even when nobody waits, and keeps a
-// run alive. Here the ticker's Alarm is armed only while someone waits, for
+// run alive. Here the refill alarm is armed only while someone waits, for
 // the exact instant the head's last missing token accrues,
 // base + due(credited + need): one wake per grant.
 

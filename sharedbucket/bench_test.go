@@ -221,7 +221,7 @@ func distinctLineKeys(tb *Table, n int) []string {
 	return keys
 }
 
-// par2 runs body on exactly 2 goroutines (one per core on the reference
+// par2 runs body on exactly 2 goroutines (one per core on a 2-core
 // machine); ns/op is wall time per operation summed over both, so perfect
 // scaling halves the single-goroutine figure.
 func par2(b *testing.B, body func(id int, pb *testing.PB)) {

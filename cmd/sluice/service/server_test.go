@@ -170,7 +170,7 @@ func TestLimitsOverrideDefault(t *testing.T) {
 }
 
 // TestPolicyHeaderRateAboveBurst is the -limits fast=100:1 case: the policy
-// field used to say q=1;w=1, which reads as 1 request a second.
+// field must not say q=1;w=1, which reads as 1 request a second.
 func TestPolicyHeaderRateAboveBurst(t *testing.T) {
 	limits, err := service.ParseLimits("fast=100:1,even=10:10,deep=5:50")
 	require.NoError(t, err)

@@ -12,8 +12,8 @@ import (
 )
 
 // Client runs `sluice client`: one replica that asks the service before each
-// unit of work, then prints the reference's summary line and latency
-// percentiles.
+// unit of work, then prints its summary line (see ReplicaStats.Summary)
+// and latency percentiles.
 func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("sluice client", flag.ContinueOnError)
 	fs.SetOutput(stderr)

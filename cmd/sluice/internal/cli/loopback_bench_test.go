@@ -25,7 +25,7 @@ import (
 // allocates nothing per request). Rows:
 //
 //   - floor: a bare net/http server that answers every request with a body
-//     of Sluice's size and decides nothing (the peers harness's floor);
+//     of Sluice's size and decides nothing (the load test's floor);
 //   - floor-headers: the floor answering with the header fields Sluice
 //     sends (constant values, set by direct map assignment), to show how
 //     much of the gap to the floor is the fields the API promises: not a
@@ -103,7 +103,7 @@ func bareServer(b *testing.B, h http.Handler) string {
 // came back, each checked to be a 200.
 func loopback(b *testing.B, addr string) {
 	var next atomic.Int64
-	b.SetParallelism(16) // 32 connections on 2 cores, as the peers harness's peak
+	b.SetParallelism(16) // 32 connections on 2 cores, as the load test's peak
 	b.ReportAllocs()
 	cpu0 := processCPU()
 	defer func() { b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op") }()

@@ -54,7 +54,7 @@ func (s *ReplicaStats) Percentile(q float64) time.Duration {
 // Requests is the number of requests that went to the service.
 func (s *ReplicaStats) Requests() int { return len(s.latencies) }
 
-// Summary is the reference's line, e.g.
+// Summary is the replica's one-line account, e.g.
 // "inst-1 summary: attempts=159 allowed=31 denied=127 → work done=32",
 // with degraded= (answers per the service's -fail) and errors= (the service
 // unreachable) added when there were any.
