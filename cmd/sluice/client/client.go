@@ -29,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/sched"
 )
 
 // FailMode says what an unreachable or failing service means.
@@ -235,7 +237,9 @@ func (r *allowReply) decision(status int) (Decision, error) {
 // request returns a *RequestError. If ctx ends first, Allow returns
 // ctx.Err() and a denial.
 func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, error) {
-	now := time.Now()
+	// ctx's clock: the loop's inside a sched.Run loop, so that a denial
+	// cached at a virtual instant ends at a virtual instant too.
+	now := sched.Now(ctx)
 	// Bad input goes to the service whatever the cache holds, so that it
 	// gets its *RequestError: n < 1 never matches a cached denial, and a
 	// cached denial never answers n above the burst it reported.
@@ -283,7 +287,7 @@ func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, erro
 			return c.failed(fmt.Errorf("unusable reply %q: %v", truncate(body), err))
 		}
 		if !d.Allowed && d.Degraded == "" {
-			c.cache.put(key, n, denial{until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
+			c.cache.put(key, n, now, denial{until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
 		}
 		return d, nil
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
@@ -338,16 +342,17 @@ func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
 		}
 		// A retry-after longer than one wait still has to pass in full.
 		need := max(wait, d.RetryAfter)
-		if dl, ok := ctx.Deadline(); ok && time.Now().Add(need).After(dl) {
-			return fmt.Errorf("%w (need %v, %v left): %w", ErrWaitPastDeadline, need.Round(time.Millisecond),
-				time.Until(dl).Round(time.Millisecond), context.DeadlineExceeded)
+		if dl, ok := ctx.Deadline(); ok {
+			if now := sched.Now(ctx); now.Add(need).After(dl) {
+				return fmt.Errorf("%w (need %v, %v left): %w", ErrWaitPastDeadline, need.Round(time.Millisecond),
+					dl.Sub(now).Round(time.Millisecond), context.DeadlineExceeded)
+			}
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		// Why sched.Sleep: inside a run loop it parks this fiber on the
+		// loop's clock (the other fibers run meanwhile, and a virtual clock
+		// jumps); outside one it is a timer on real time.
+		if err := sched.Sleep(ctx, wait); err != nil {
+			return err
 		}
 	}
 }
@@ -389,14 +394,13 @@ func (dc *denyCache) get(key string, n int64, now time.Time) (denial, bool) {
 	return d, n >= d.n && (d.limit <= 0 || n <= d.limit)
 }
 
-func (dc *denyCache) put(key string, n int64, d denial) {
+func (dc *denyCache) put(key string, n int64, now time.Time, d denial) {
 	if dc == nil {
 		return
 	}
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	if len(dc.m) >= maxDenials {
-		now := time.Now()
 		for k, v := range dc.m {
 			if !now.Before(v.until) {
 				delete(dc.m, k)

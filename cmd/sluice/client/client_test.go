@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-go/sluice/cmd/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -370,4 +371,31 @@ func TestBadInputIsReportedWhateverTheCacheHolds(t *testing.T) {
 		_, err = c.Allow(ctx, "k", 0)
 		require.ErrorAs(t, err, &re)
 	})
+}
+
+// TestAcquireWaitsOnTheLoopsClock: inside a sched.Run loop on a virtual
+// clock, Acquire waits out the service's retry-after on the loop's clock: the
+// virtual second passes at once, and the cached denial ends with it.
+func TestAcquireWaitsOnTheLoopsClock(t *testing.T) {
+	var calls atomic.Int64
+	rt := &inProcess{h: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if calls.Add(1) == 1 {
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"allowed":false,"remaining":0,"limit":1,"rate":1,"retry_after_ms":1000}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"allowed":true,"remaining":0,"limit":1,"rate":1}`)
+	})}
+	c := newClient(t, rt, client.WithJitter(0))
+	wall := time.Now()
+	err := sched.Run(context.Background(), func(ctx context.Context) error {
+		start := sched.Now(ctx)
+		require.NoError(t, c.Acquire(ctx, "k", 1))
+		assert.Equal(t, time.Second, sched.Now(ctx).Sub(start), "the retry-after, on the virtual clock")
+		return nil
+	}, sched.Virtual(time.Time{}))
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), calls.Load())
+	assert.Less(t, time.Since(wall), 500*time.Millisecond, "no real second waited")
 }
