@@ -47,7 +47,7 @@ var (
 // zero value is not usable: call New.
 type Semaphore struct {
 	size int64
-	q    *queue.Queue // its units are the free permits; no Source
+	q    queue.Queue // its units are the free permits; no Source
 }
 
 // New returns a semaphore of size n with all n permits free. It panics if n
@@ -56,7 +56,9 @@ func New(n int64) *Semaphore {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: New(%d): negative size", n))
 	}
-	return &Semaphore{size: n, q: queue.New("semaphore.Acquire", n, nil)}
+	s := &Semaphore{size: n}
+	s.q.Init("semaphore.Acquire", n, nil)
+	return s
 }
 
 // Acquire takes n permits, blocking (inside a loop: parking the fiber) until
@@ -84,6 +86,11 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
+	// The fast path: a Semaphore has no Source, so free permits need no
+	// refill (Queue.Acquire repeats this check before it parks).
+	if ctx.Err() == nil && s.q.TakeFree(n) {
+		return nil
+	}
 	_, err := s.q.Acquire(ctx, n)
 	return err
 }
@@ -95,8 +102,7 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	_, ok := s.q.TryAcquire(n)
-	return ok
+	return s.q.TakeFree(n)
 }
 
 // Release returns n permits and hands them to the waiters at the head of the
