@@ -1,8 +1,8 @@
 #!/bin/sh
 # Reproduces every figure in docs/benchmarks.md, each with its same-run
-# baseline. Run from the module root: docs/bench.sh [OUTDIR]
-# Needs redis-server for the Redis rows (skipped without it). Takes about
-# 17 minutes on 2 cores; run it on a quiet machine and compare ratios.
+# baseline. Run from the root of a checkout (go.work names the modules):
+# docs/bench.sh [OUTDIR]. Needs redis-server for the Redis rows (skipped
+# without it). Run it on a quiet machine and compare ratios.
 set -eu
 out=${1:-bench-out}
 mkdir -p "$out"
@@ -14,19 +14,21 @@ mkdir -p "$out"
   command -v redis-server >/dev/null && redis-server --version
 } | tee "$out/machine.txt"
 run() { name=$1; shift; echo "== $name: $*"; "$@" 2>&1 | tee "$out/$name.txt"; }
-# The token bucket and the semaphore against x/time/rate and a channel.
+# The token bucket, the semaphore and the shared-memory table against their
+# peers (x/time/rate, go.uber.org/ratelimit, x/sync/semaphore, go-chi/httprate),
+# from the bench module.
+run peers go test -run '^$' -bench . -count 5 -benchmem ./bench
+# The library's own benchmarks (fibers, virtual time, a buffered channel).
 run ratelimiter go test -run '^$' -bench . -count 5 -benchmem ./ratelimiter ./semaphore
 # The run loop against goroutines handing off and bare coroutine resumes.
 run sched go test -run '^$' -bench . -count 5 -benchmem ./sched
-# The shared-memory table against x/time/rate and sync.Map.
+# The shared-memory table: coarse clock, decisions, hash, Stats.
 run sharedbucket go test -run '^$' -bench . -count 5 -benchmem ./sharedbucket
 # The stores alone (the memory store against its map-and-mutex predecessor),
 # the /allow and ShouldRateLimit handlers without the network.
-run stores go test -run '^$' -bench 'Allow|Memory|ShouldRateLimit' -count 5 -benchmem ./service/ ./service/store/...
-# The httplimit middleware's cost over a bare handler, against go-chi/httprate.
-run middleware go test -run '^$' -bench Middleware -count 5 -benchmem ./httplimit
+run stores go test -run '^$' -bench 'Allow|Memory|ShouldRateLimit' -count 5 -benchmem ./cmd/sluice/service/ ./store/...
 # /allow over real HTTP on loopback against a bare net/http server, same run.
-run loopback go test -run '^$' -bench Loopback -benchtime 20000x -count 5 -benchmem ./internal/cli
+run loopback go test -run '^$' -bench Loopback -benchtime 20000x -count 5 -benchmem ./cmd/sluice/internal/cli
 # sluice serve over loopback at 5k req/s and at peak, against a bare
 # net/http server in the same run, in 5 interleaved rounds.
 run load env SLUICE_LOADTEST=1 go test -count=1 -run TestServiceLoad -v ./internal/loadgen

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // keyFor sends one request from remote with the given header lines through

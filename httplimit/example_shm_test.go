@@ -10,8 +10,8 @@ import (
 	"os"
 
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/service/store"
-	"github.com/sluice-go/sluice/service/store/shmstore"
+	"github.com/sluice-go/sluice/store"
+	"github.com/sluice-go/sluice/store/shmstore"
 )
 
 // A host-wide limit: every process that opens the same directory shares the

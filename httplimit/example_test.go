@@ -5,17 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
-	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/ratelimiter"
-	"github.com/sluice-go/sluice/service"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // A per-IP limit over the in-process memory store: one request a second per
@@ -48,46 +44,6 @@ func ExampleNewMiddleware() {
 	//   hello…
 	// 429 RateLimit: "default";r=0;t=1 Retry-After: "1"
 	//   {"allowed":false…
-}
-
-// Limits shared by every replica through a running `sluice serve`: the
-// client's Store makes the service a store.Store. Here the service runs in
-// this process on loopback; in production it is its own process.
-func ExampleNewMiddleware_service() {
-	policy := store.Policy{Name: "api", Rate: 1, Burst: 2}
-	svc, err := service.New(service.Config{Store: store.NewMemory(), Default: policy, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		log.Fatal(err)
-	}
-	svcSrv := httptest.NewServer(svc)
-	defer svcSrv.Close()
-
-	c, err := client.New(svcSrv.URL, client.WithTimeout(time.Second))
-	if err != nil {
-		log.Fatal(err)
-	}
-	limit, err := httplimit.NewMiddleware(c.Store(), policy, httplimit.KeyByHeader("X-Tenant"),
-		httplimit.StoreTimeout(time.Second)) // past it, requests follow the fail mode (open)
-	if err != nil {
-		log.Fatal(err)
-	}
-	app := httptest.NewServer(limit.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
-	defer app.Close()
-
-	for range 3 {
-		req, _ := http.NewRequest(http.MethodGet, app.URL, nil)
-		req.Header.Set("X-Tenant", "acme")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			log.Fatal(err)
-		}
-		resp.Body.Close()
-		fmt.Printf("%d RateLimit: %s Retry-After: %q\n", resp.StatusCode, resp.Header.Get("RateLimit"), resp.Header.Get("Retry-After"))
-	}
-	// Output:
-	// 200 RateLimit: "api";r=1;t=1 Retry-After: ""
-	// 200 RateLimit: "api";r=0;t=1 Retry-After: ""
-	// 429 RateLimit: "api";r=0;t=1 Retry-After: "1"
 }
 
 // An http.Client that never sends faster than 20 requests a second, and

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/internal/limitresponse"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // The fuzz targets of the parsers fed from the network. Each asserts what

@@ -67,8 +67,8 @@ func holdLandsOnWaitingHead(t *testing.T, ctx context.Context, up *upstream, c *
 // limiter when a hold begins, then cancelled during that hold, takes no
 // token with it: the limiter holds what it would have had the request never
 // come, and the requests behind it go at the hold's end as if it never had.
-// (It used to take the token due at 1 s and wait out the hold with it, so
-// the cancel spent that token.)
+// (Taking the token due at 1 s and waiting out the hold with it would let
+// the cancel spend that token.)
 func TestTransportCancelDuringNewHoldKeepsToken(t *testing.T) {
 	virtual(t, func(ctx context.Context, vc *vclock.Clock) {
 		up := newUpstream(t, vc)
@@ -93,9 +93,9 @@ func TestTransportCancelDuringNewHoldKeepsToken(t *testing.T) {
 
 // TestTransportBurstAfterHold: when a hold ends, no more than the limiter's
 // burst leaves at once, so an upstream whose limit is the transport's own
-// refuses nothing. (The head used to wait out the hold with a token already
-// taken while the bucket refilled to its burst behind it: burst+1 left as
-// the hold ended, and the upstream refused the last.)
+// refuses nothing. (A head waiting out the hold with a token already taken
+// while the bucket refilled to its burst behind it would let burst+1 leave
+// as the hold ended, and the upstream refuse the last.)
 func TestTransportBurstAfterHold(t *testing.T) {
 	virtual(t, func(ctx context.Context, vc *vclock.Clock) {
 		up := newUpstream(t, vc)

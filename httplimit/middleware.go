@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/limitresponse"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // MaxKeyLen is the longest key, in bytes, a Middleware limits by, KeyPrefix

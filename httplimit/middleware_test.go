@@ -19,8 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/service"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -96,33 +95,6 @@ func TestPerIPOverLoopback(t *testing.T) {
 
 	clock.Advance(time.Second)
 	assert.Equal(t, 200, get(t, ts.URL).status)
-}
-
-// TestSameAnswerAsServe: the same decision, one through `sluice serve`'s
-// handler and one through the middleware, gives the same status, fields and
-// body (one implementation, not a copy).
-func TestSameAnswerAsServe(t *testing.T) {
-	p := store.Policy{Name: "fast", Rate: 100, Burst: 1}
-	memA, clockA := memory(t)
-	memB, clockB := memory(t)
-	srv, err := service.New(service.Config{Store: memA, Default: p, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	lim, err := httplimit.NewMiddleware(memB, p, httplimit.KeyFunc(func(*http.Request) (string, error) { return "k", nil }))
-	require.NoError(t, err)
-	svc, mw := serve(t, srv), serve(t, lim.Handler(hello))
-
-	for i, advance := range []time.Duration{0, 0, 3 * time.Millisecond, 7 * time.Millisecond} {
-		clockA.Advance(advance)
-		clockB.Advance(advance)
-		a, b := get(t, svc.URL+"/allow?key=k"), get(t, mw.URL)
-		require.Equal(t, a.status, b.status, "step %d", i)
-		for _, h := range []string{"Ratelimit-Policy", "Ratelimit", "X-Ratelimit-Limit", "X-Ratelimit-Remaining", "Retry-After"} {
-			assert.Equal(t, a.header[h], b.header[h], "step %d: %s", i, h)
-		}
-		if a.status == 429 {
-			assert.Equal(t, a.body, b.body, "step %d", i)
-		}
-	}
 }
 
 // keyStore remembers the last key it was asked about.

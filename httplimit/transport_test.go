@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 	"github.com/sluice-go/sluice/vclock"
 )
 

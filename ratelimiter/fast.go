@@ -48,7 +48,7 @@ import (
 // word (bucket.hold: TAT becomes a base and credited with the queue's
 // avail 0; the next Fill credits from there), and the queue hands it back
 // when the operation leaves nobody waiting (bucket.Settle,
-// semaphore.Settler).
+// queue.Settler).
 
 // held is the word's value while the queue's lock owns the state.
 const held = math.MinInt64
@@ -202,7 +202,7 @@ func (b *bucket) hold() {
 
 // Settle hands the state back to the fast word at the end of a locked
 // operation that leaves nobody waiting on a running limiter (it is the
-// bucket's semaphore.Settler method), and returns the units the queue
+// bucket's queue.Settler method), and returns the units the queue
 // keeps: 0 when the word has them, avail when the state stays under the
 // lock (no fast word for this rate, or a TAT beyond its bounds). The lock is
 // held.

@@ -11,9 +11,9 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/sched/schedtest"
-	"github.com/sluice-go/sluice/semaphore"
 )
 
 // lockedOnly takes l's fast word away (after a Fill has held the state, so
@@ -21,7 +21,7 @@ import (
 // for a rate without a fast path. SetRate and SetBurst start a new word, so
 // call it again after them.
 func lockedOnly(l *Limiter) {
-	l.q.Do(func(*semaphore.State) { l.b.fast.Store(nil) })
+	l.q.Do(func(*queue.State) { l.b.fast.Store(nil) })
 }
 
 // fastLive reports whether l's fast word holds the state now (nobody waits,

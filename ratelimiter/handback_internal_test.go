@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/semaphore"
+	"github.com/sluice-go/sluice/internal/queue"
 )
 
 // TestHandBackLaterIsWorthLess: a grant handed back some time after it was
@@ -29,7 +29,7 @@ func TestHandBackLaterIsWorthLess(t *testing.T) {
 	// grant takes one token the way the queue grants a waiter, and returns
 	// the grant's instant; handBack gives it back the way the queue does.
 	grant := func() (at time.Time) {
-		l.q.Do(func(s *semaphore.State) {
+		l.q.Do(func(s *queue.State) {
 			require.GreaterOrEqual(t, s.Avail, int64(1), "a token to grant")
 			s.Avail -= 1 + l.b.Take(1)
 			at = s.Now
@@ -37,7 +37,7 @@ func TestHandBackLaterIsWorthLess(t *testing.T) {
 		return at
 	}
 	handBack := func(at time.Time) {
-		l.q.Do(func(s *semaphore.State) { s.Avail = l.b.Return(s.Now, at, s.Avail, 1, 0) })
+		l.q.Do(func(s *queue.State) { s.Avail = l.b.Return(s.Now, at, s.Avail, 1, 0) })
 	}
 
 	at0 := grant()

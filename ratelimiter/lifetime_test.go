@@ -33,8 +33,8 @@ func TestWrappedLoopCtxStopsWithRun(t *testing.T) {
 }
 
 // TestRequestCtxDoesNotStopLimiter: New's ctx chooses the time domain only.
-// A request ctx passed to New (an easy mistake) used to stop the limiter for
-// good when the request ended.
+// A request ctx passed to New (an easy mistake) must not stop the limiter
+// for good when the request ends.
 func TestRequestCtxDoesNotStopLimiter(t *testing.T) {
 	req, cancel := context.WithCancel(context.Background())
 	l, err := ratelimiter.New(req, 1e6, 1)

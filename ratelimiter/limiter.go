@@ -3,6 +3,21 @@
 // until its tokens are free, in strict FIFO order, and honours context
 // timeouts and cancellation; its bound holds through them (see Limiter).
 //
+//	limiter, err := ratelimiter.New(ctx, 5, 10) // 5 per second, bursts of 10
+//	if err != nil { ... }
+//	defer limiter.Stop()
+//	for _, url := range urls {
+//		if err := limiter.Acquire(ctx, 1); err != nil {
+//			return err // ctx ended (holding nothing), or the limiter was stopped
+//		}
+//		resp, err := http.Get(url)
+//		...
+//	}
+//
+// TryAcquire takes tokens only if they are there now; SetRate and SetBurst
+// re-time the waiters at once; Shared takes the tokens from a bucket that
+// other processes share (a sharedbucket.Bucket).
+//
 // The context carries the time domain; the clocks that drive a limiter:
 //   - a sched.Run loop's: Acquire parks the calling fiber and the limiter
 //     runs on the loop's clock, so under a virtual clock (sched.Virtual) an
@@ -32,12 +47,12 @@
 // passes a parked Acquire: while anyone waits, or once stopped, every call
 // goes through the lock.
 //
-// The shape is in the imports: a Limiter is the FIFO core of package
-// semaphore (semaphore.Queue: queue, hand-off, cancellation, hand-back)
-// whose units are tokens credited lazily from the clock, and its refill
-// timer is the ticker's lazy timer (ticker.Alarm), armed only while someone
-// waits. With the Shared option the tokens come instead from a
-// sharedbucket.Table, so one limit holds across every process on the host.
+// Inside, a Limiter is the FIFO core that semaphore.Semaphore and
+// ticker.Ticker are built on too (queue, hand-off, cancellation,
+// hand-back), whose units are tokens credited lazily from the clock, and its
+// refill timer is armed only while someone waits. With the Shared option
+// the tokens come instead from a SharedBucket, so one limit holds across
+// every process that shares it.
 package ratelimiter
 
 import (
@@ -49,11 +64,10 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/sharedbucket"
-	"github.com/sluice-go/sluice/ticker"
 )
 
 // ErrStopped is returned by Acquire once the limiter is stopped, by Stop or
@@ -81,7 +95,7 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 // Rate in the long run: the k-th token after the bucket ran dry comes at
 // exactly k/Rate seconds.
 //
-// The bound (of the limiter's own bucket; with Shared, the table's holds
+// The bound (of the limiter's own bucket; with Shared, the shared bucket's holds
 // for what this process takes from it): over any window [s, e], calls of
 // n ≤ Burst are granted at most Burst + Rate·(e−s) tokens in total, through
 // cancels, timeouts, SetRate (each rate counts for the part of the window
@@ -117,21 +131,21 @@ const neverDelay = time.Duration(math.MaxInt64 / 2)
 // A Limiter is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
 type Limiter struct {
-	q         *semaphore.Queue // free units: the tokens in the bucket (uncapped while someone waits)
-	src       tokenSource      // the Queue's Source; its state is guarded by the Queue's lock
-	b         *bucket          // src when it is a bucket (its fast path), else nil
-	stopWatch func() bool      // unregisters the stop at the end of the run
+	q         *queue.Queue // free units: the tokens in the bucket (uncapped while someone waits)
+	src       tokenSource  // the Queue's Source; its state is guarded by the Queue's lock
+	b         *bucket      // src when it is a bucket (its fast path), else nil
+	stopWatch func() bool  // unregisters the stop at the end of the run
 }
 
 // A tokenSource feeds a Limiter's queue: a bucket refilled from the clock,
-// or a shared table. What differs between them is here, not in branches
+// or a shared bucket. What differs between them is here, not in branches
 // through the Limiter. Every method runs under the queue's lock.
 type tokenSource interface {
-	semaphore.Source
+	queue.Source
 	check(n int) error // a request no wait can satisfy
 	params() (rate float64, burst int64)
 	setRate(now time.Time, rate float64) error
-	setBurst(s *semaphore.State, burst int64) error
+	setBurst(s *queue.State, burst int64) error
 	tokens(now time.Time, avail int64, waiting bool) float64
 }
 
@@ -139,10 +153,9 @@ type tokenSource interface {
 type Option func(*config)
 
 type config struct {
-	clock clock.Clock
-	table *sharedbucket.Table
-	key   string
-	err   error
+	clock  clock.Clock
+	shared SharedBucket
+	err    error
 }
 
 // WithClock sets the time source used outside any loop (the default is real
@@ -207,10 +220,10 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	}
 	c := sched.ClockOf(ctx, cfg.clock)
 	l := &Limiter{}
-	alarm := ticker.NewAlarm(c, func() { l.q.Refill() })
+	alarm := alarm.New(c, func() { l.q.Refill() })
 	var full int64
-	if cfg.table != nil {
-		s := newShared(c, cfg.table, cfg.key)
+	if cfg.shared != nil {
+		s := newShared(c, cfg.shared)
 		s.alarm = alarm
 		l.src = s
 	} else {
@@ -234,7 +247,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 			b.held = true
 		}
 	}
-	l.q = semaphore.NewQueue("ratelimiter.Acquire", full, l.src)
+	l.q = queue.New("ratelimiter.Acquire", full, l.src)
 	l.stopWatch = sched.AfterRun(ctx, func() { l.q.Close(ErrStopped) })
 	return l, nil
 }
@@ -254,7 +267,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 //     cannot be there before ctx's deadline even if every waiter ahead gave
 //     up (n minus the tokens there now, at the rate), as x/time/rate's Wait;
 //   - ErrStopped once the limiter is stopped;
-//   - an error naming n when n < 0 (or, with Shared, n above the table's
+//   - an error naming n when n < 0 (or, with Shared, n above the shared bucket's
 //     burst, which no wait could satisfy).
 //
 // Acquire(ctx, 0) returns at once: ctx.Err(), or nil.
@@ -311,27 +324,27 @@ func (l *Limiter) TryAcquire(n int) bool {
 // accrued so far (and the fraction of the next) are kept, and parked
 // Acquire calls are re-timed at once for the new rate. This is how a client
 // backs off when the upstream answers 429. A rate New would refuse is an
-// error naming it, and so is any SetRate with Shared (the table's policy is
+// error naming it, and so is any SetRate with Shared (the shared bucket's is
 // the rate).
 func (l *Limiter) SetRate(rate float64) error {
 	if err := checkRate(rate); err != nil {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) { err = l.src.setRate(s.Now, rate) })
+	l.q.Do(func(s *queue.State) { err = l.src.setRate(s.Now, rate) })
 	return err
 }
 
 // SetBurst changes the bucket's size of a live limiter: a bucket holding
 // more than the new burst keeps only burst, and parked Acquire calls are
 // re-timed at once. A burst below 1 is an error naming it, and so is any
-// SetBurst with Shared (the table's policy is the burst).
+// SetBurst with Shared (the shared bucket's is the burst).
 func (l *Limiter) SetBurst(burst int) error {
 	if err := checkBurst(burst); err != nil {
 		return err
 	}
 	var err error
-	l.q.Do(func(s *semaphore.State) { err = l.src.setBurst(s, int64(burst)) })
+	l.q.Do(func(s *queue.State) { err = l.src.setBurst(s, int64(burst)) })
 	return err
 }
 
@@ -348,10 +361,10 @@ func (l *Limiter) Stop() bool {
 // Tokens returns the tokens in the bucket now, with the fraction of the next
 // one accrued so far: a number in [0, Burst]. Tokens collected by a waiting
 // Acquire are not in the bucket. With Shared it is this process's unspent
-// share plus what the table's bucket holds.
+// share plus what the shared bucket holds.
 func (l *Limiter) Tokens() float64 {
 	var t float64
-	l.q.Do(func(s *semaphore.State) { t = l.src.tokens(s.Now, s.Avail, s.Waiting) })
+	l.q.Do(func(s *queue.State) { t = l.src.tokens(s.Now, s.Avail, s.Waiting) })
 	return t
 }
 
@@ -363,13 +376,13 @@ func (l *Limiter) Waiters() int { return l.q.Waiters() }
 func (l *Limiter) Running() bool { return l.q.Closed() == nil }
 
 // Rate returns the refill rate in tokens per second (with Shared, the
-// table's: Limit per Window).
+// shared bucket's).
 func (l *Limiter) Rate() float64 {
 	r, _ := l.params()
 	return r
 }
 
-// Burst returns the bucket's size (with Shared, the table's burst).
+// Burst returns the bucket's size (with Shared, the shared bucket's).
 func (l *Limiter) Burst() int {
 	_, b := l.params()
 	return int(b)
@@ -379,7 +392,7 @@ func (l *Limiter) Burst() int {
 // Limiter): 0 with Shared.
 func (l *Limiter) dropped() float64 {
 	var d float64
-	l.q.Do(func(*semaphore.State) {
+	l.q.Do(func(*queue.State) {
 		if l.b != nil {
 			d = l.b.dropped.tokens()
 		}
@@ -388,7 +401,7 @@ func (l *Limiter) dropped() float64 {
 }
 
 func (l *Limiter) params() (rate float64, burst int64) {
-	l.q.Do(func(*semaphore.State) { rate, burst = l.src.params() })
+	l.q.Do(func(*queue.State) { rate, burst = l.src.params() })
 	return rate, burst
 }
 

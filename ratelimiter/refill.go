@@ -6,13 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/ticker"
 )
 
-// The refill: bucket, the semaphore.Queue Source of a Limiter. Tokens accrue
+// The refill: bucket, the queue.Queue Source of a Limiter. Tokens accrue
 // from base at rate per second: by time now, accrued(now) =
 // floor((now−base)·rate) whole tokens, of which credited have been given to
 // the queue already. Crediting is lazy: every decision (and the refill
@@ -22,9 +22,9 @@ import (
 // collect n > Burst; when nobody waits the queue keeps at most Burst, and a
 // full bucket moves base to now: idle time is never banked beyond Burst.
 //
-// Why not one timer tick per token (the reference's ticker fiber): a timer
+// Why not one timer tick per token (a ticker fiber feeding the bucket): a timer
 // per token costs a wake-up per token even when nobody waits, and keeps a
-// run alive. Here the ticker's Alarm is armed only while someone waits, for
+// run alive. Here the refill alarm is armed only while someone waits, for
 // the exact instant the head's last missing token accrues,
 // base + due(credited + need): one wake per grant.
 
@@ -44,7 +44,7 @@ type bucket struct {
 	mono   bool      // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
 	origin int64     // when mono, monotime.Now() just before epoch was read
 	epoch  time.Time // the first reading; the origin of every later one when mono, and of the fast word's
-	alarm  *ticker.Alarm
+	alarm  *alarm.Alarm
 	fast   atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
 
 	rate     float64   // tokens per second, as given
@@ -363,7 +363,7 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 // setBurst changes the burst at now. A bucket that holds more than the new
 // burst while nobody waits keeps burst and drops the rest (a head's
 // collection stays its own until it leaves).
-func (b *bucket) setBurst(s *semaphore.State, burst int64) error {
+func (b *bucket) setBurst(s *queue.State, burst int64) error {
 	b.hold()
 	b.burst, b.setAt = burst, s.Now
 	b.refast()

@@ -3,37 +3,60 @@ package ratelimiter
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
-	"github.com/sluice-go/sluice/sharedbucket"
-	"github.com/sluice-go/sluice/ticker"
 )
 
-// Shared makes the limiter take its tokens from key's bucket in table, which
-// every process on the host that opens the same table file shares: the
-// table's policy (Limit per Window, Burst) is the limit for all of them
-// together, and the rate and burst given to New are only validated. Within
-// the process waiters stay FIFO; the head asks the table and, when refused,
-// sleeps exactly the table's RetryAfter on the limiter's clock before asking
-// again (no busy wait). Acquire of more than the table's burst fails at once,
-// and so do SetRate and SetBurst (the table's policy is the limit).
+// SharedBucket is a token bucket held outside the limiter, which other
+// limiters (in this process or in others) take from too. A
+// *sharedbucket.Bucket is one: ratelimiter.Shared(table.Bucket(key)).
+// Its methods must be safe for concurrent use.
+type SharedBucket interface {
+	// AllowN spends n tokens if the bucket has them now, all or nothing.
+	AllowN(n int64) bool
+	// RetryAfterN is how long until n tokens can be spent; a duration of
+	// math.MaxInt64 means never.
+	RetryAfterN(n int64) time.Duration
+	// Remaining is the tokens the bucket holds now.
+	Remaining() float64
+	// Rate is the bucket's refill in tokens per second, and Burst its
+	// size; a Burst below 1 is a bucket that grants nothing (an invalid
+	// key), which Shared refuses.
+	Rate() float64
+	Burst() int64
+}
+
+// Shared makes the limiter take its tokens from b, which every limiter
+// given the same bucket shares, in this process or, for a
+// *sharedbucket.Bucket, in any process on the host that opens the same
+// table: the bucket's rate and burst are the limit for all of them together,
+// and the rate and burst given to New are only validated. Within the process
+// waiters stay FIFO; the head asks the bucket and, when refused, sleeps
+// exactly the bucket's RetryAfterN on the limiter's clock before asking
+// again (no busy wait). Acquire of more than the bucket's burst fails at
+// once, and so do SetRate and SetBurst (the bucket's policy is the limit).
 //
-// The table keeps time on the host's monotonic clock, so use Shared with
-// real time (not inside a virtual-clock loop, where the retry sleeps would be
-// virtual while the table's time stands still).
-func Shared(table *sharedbucket.Table, key string) Option {
+// A sharedbucket table keeps time on the host's monotonic clock, so use
+// Shared with real time (not inside a virtual-clock loop, where the retry
+// sleeps would be virtual while the table's time stands still).
+func Shared(b SharedBucket) Option {
 	return func(cfg *config) {
 		switch {
-		case table == nil:
-			cfg.err = errors.New("ratelimiter: Shared(nil table)")
-		case key == "" || len(key) > sharedbucket.MaxKeyLen:
-			cfg.err = fmt.Errorf("ratelimiter: Shared: key %q: must be 1 to %d bytes", key, sharedbucket.MaxKeyLen)
+		case b == nil:
+			cfg.err = errors.New("ratelimiter: Shared(nil)")
+		case b.Burst() < 1:
+			cfg.err = fmt.Errorf("ratelimiter: Shared: the bucket's burst is %d: it can grant nothing (an invalid key?)", b.Burst())
 		}
-		cfg.table, cfg.key = table, key
+		cfg.shared = b
 	}
 }
+
+// never is what SharedBucket.RetryAfterN returns when waiting cannot help.
+const never = time.Duration(math.MaxInt64)
 
 // minRetry is the shortest retry sleep: a table that refuses and then says
 // "now" lost a race to another process, and trying again within the same
@@ -50,22 +73,17 @@ const closedRetry = time.Second
 // grant handed back stays here: the table has no refunds). Its state is
 // guarded by the queue's lock.
 //
-// This is the one place the limiter calls sharedbucket.
+// This is the one place the limiter calls a SharedBucket.
 type shared struct {
 	clock  sched.Clock
-	alarm  *ticker.Alarm
-	table  *sharedbucket.Table
-	bucket *sharedbucket.Bucket
+	alarm  *alarm.Alarm
+	bucket SharedBucket
 	rate   float64
 	burst  int64
 }
 
-func newShared(c sched.Clock, table *sharedbucket.Table, key string) *shared {
-	p := table.Policy()
-	return &shared{
-		clock: c, table: table, bucket: table.Bucket(key),
-		rate: float64(p.Limit) / p.Window.Seconds(), burst: p.Burst,
-	}
+func newShared(c sched.Clock, b SharedBucket) *shared {
+	return &shared{clock: c, bucket: b, rate: b.Rate(), burst: b.Burst()}
 }
 
 func (s *shared) Now() time.Time { return s.clock.Now() }
@@ -86,7 +104,7 @@ func (s *shared) Demand(now time.Time, need int64) {
 		return
 	}
 	d := s.bucket.RetryAfterN(need)
-	if d == sharedbucket.Never {
+	if d == never {
 		d = closedRetry
 	}
 	s.alarm.Set(now, now.Add(max(d, minRetry)))
@@ -96,7 +114,7 @@ func (s *shared) Until(_ time.Time, avail, n int64) time.Duration {
 	if avail >= n {
 		return 0
 	}
-	if d := s.bucket.RetryAfterN(n - avail); d != sharedbucket.Never {
+	if d := s.bucket.RetryAfterN(n - avail); d != never {
 		return d
 	}
 	return -1
@@ -107,7 +125,7 @@ func (s *shared) Return(_, _ time.Time, avail, n, _ int64) int64 { return avail 
 
 func (s *shared) check(n int) error {
 	if int64(n) > s.burst {
-		return fmt.Errorf("ratelimiter: Acquire(n=%d): above the shared table's burst %d, no wait can satisfy it", n, s.burst)
+		return fmt.Errorf("ratelimiter: Acquire(n=%d): above the shared bucket's burst %d, no wait can satisfy it", n, s.burst)
 	}
 	return nil
 }
@@ -115,14 +133,14 @@ func (s *shared) check(n int) error {
 func (s *shared) params() (float64, int64) { return s.rate, s.burst }
 
 func (s *shared) setRate(_ time.Time, rate float64) error {
-	return fmt.Errorf("ratelimiter: SetRate(%v): the rate of a Shared limiter is the table's policy (%s)", rate, s.table.Path())
+	return fmt.Errorf("ratelimiter: SetRate(%v): the rate of a Shared limiter is its bucket's", rate)
 }
 
-func (s *shared) setBurst(_ *semaphore.State, burst int64) error {
-	return fmt.Errorf("ratelimiter: SetBurst(%d): the burst of a Shared limiter is the table's policy (%s)", burst, s.table.Path())
+func (s *shared) setBurst(_ *queue.State, burst int64) error {
+	return fmt.Errorf("ratelimiter: SetBurst(%d): the burst of a Shared limiter is its bucket's", burst)
 }
 
-// tokens is this process's unspent share plus what the table's bucket holds.
+// tokens is this process's unspent share plus what the shared bucket holds.
 func (s *shared) tokens(_ time.Time, avail int64, _ bool) float64 {
 	return float64(avail) + s.bucket.Remaining()
 }

@@ -41,7 +41,7 @@ func sharedChild() int {
 		return 1
 	}
 	defer table.Close()
-	l, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, sharedKey))
+	l, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table.Bucket(sharedKey)))
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -130,9 +130,9 @@ func TestSharedInProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer table.Close()
 	start := time.Now()
-	a, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, "k"))
+	a, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table.Bucket("k")))
 	require.NoError(t, err)
-	b, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, "k"))
+	b, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table.Bucket("k")))
 	require.NoError(t, err)
 	assert.Equal(t, 50.0, a.Rate())
 	assert.Equal(t, 5, a.Burst())
@@ -173,17 +173,17 @@ func TestSharedInProcess(t *testing.T) {
 }
 
 func TestSharedInvalid(t *testing.T) {
-	_, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(nil, "k"))
+	_, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(nil))
 	assert.Error(t, err)
 	table, err := sharedbucket.Open(filepath.Join(t.TempDir(), "t.bucket"), sharedPolicy)
 	require.NoError(t, err)
 	defer table.Close()
-	_, err = ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, ""))
+	_, err = ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table.Bucket("")))
 	assert.Error(t, err)
 
 	// The table's policy is the limit: a Shared limiter's rate and burst
 	// cannot be changed on their own.
-	l, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table, "k"))
+	l, err := ratelimiter.New(context.Background(), 1, 1, ratelimiter.Shared(table.Bucket("k")))
 	require.NoError(t, err)
 	err = l.SetRate(10)
 	require.Error(t, err)

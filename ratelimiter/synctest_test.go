@@ -30,8 +30,8 @@ func tenAtTen(t *testing.T) []time.Duration {
 
 // TestSynctest: a goroutine-mode limiter (no clock option) runs on a
 // synctest bubble's fake time, exactly, in any number of bubbles, before and
-// after plain use. It used to die with "receive on synctest channel from
-// outside bubble" or hang (pooled waiters carried channels across bubbles).
+// after plain use. Pooled waiters must not carry channels across bubbles
+// ("receive on synctest channel from outside bubble", or a hang).
 func TestSynctest(t *testing.T) {
 	plain := func() {
 		l, err := ratelimiter.New(context.Background(), 1e6, 1)

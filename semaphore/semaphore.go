@@ -17,16 +17,14 @@
 // The two kinds of caller may share one Semaphore. A ctx that is done
 // before Acquire returns always wins: Acquire returns ctx.Err() holding
 // nothing, and the permits pass on.
-//
-// Queue, the Semaphore without its fixed size, is the parking core that
-// ticker and ratelimiter are built on.
 package semaphore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
+
+	"github.com/sluice-go/sluice/internal/queue"
 )
 
 var (
@@ -49,7 +47,7 @@ var (
 // zero value is not usable: call New.
 type Semaphore struct {
 	size int64
-	q    Queue // its units are the free permits; no Source
+	q    queue.Queue // its units are the free permits; no Source
 }
 
 // New returns a semaphore of size n with all n permits free. It panics if n
@@ -59,7 +57,7 @@ func New(n int64) *Semaphore {
 		panic(fmt.Sprintf("semaphore: New(%d): negative size", n))
 	}
 	s := &Semaphore{size: n}
-	s.q.init("semaphore.Acquire", n, nil)
+	s.q.Init("semaphore.Acquire", n, nil)
 	return s
 }
 
@@ -88,17 +86,10 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
-	// The fast path, inline: a Semaphore has no Source, so the free
-	// permits need no refill (Queue.Acquire repeats this check).
-	if ctx.Err() == nil {
-		q := &s.q
-		q.mu.Lock()
-		if q.closed == nil && q.queue.Len() == 0 && q.avail >= n {
-			q.avail -= n
-			q.mu.Unlock()
-			return nil
-		}
-		q.mu.Unlock()
+	// The fast path: a Semaphore has no Source, so free permits need no
+	// refill (Queue.Acquire repeats this check before it parks).
+	if ctx.Err() == nil && s.q.TakeFree(n) {
+		return nil
 	}
 	_, err := s.q.Acquire(ctx, n)
 	return err
@@ -111,14 +102,7 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	q := &s.q
-	q.mu.Lock()
-	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
-	if ok {
-		q.avail -= n
-	}
-	q.mu.Unlock()
-	return ok
+	return s.q.TakeFree(n)
 }
 
 // Release returns n permits and hands them to the waiters at the head of the
@@ -129,18 +113,9 @@ func (s *Semaphore) Release(n int64) {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: Release with negative n=%d", n))
 	}
-	q := &s.q
-	q.mu.Lock()
-	if q.avail+n > s.size || q.avail+n < q.avail {
-		held := s.size - q.avail
-		q.mu.Unlock()
+	if held, ok := s.q.ReleaseUpTo(n, s.size); !ok {
 		panic(fmt.Sprintf("semaphore: Release(%d) with only %d permits held", n, held))
 	}
-	q.avail += n
-	if q.queue.Len() > 0 {
-		q.serveLocked(time.Time{})
-	}
-	q.mu.Unlock()
 }
 
 // Close fails every parked Acquire and every later one with err (ErrClosed

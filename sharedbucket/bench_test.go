@@ -7,17 +7,16 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"golang.org/x/time/rate"
 )
 
 // Benchmarks: go test -run '^$' -bench . -count 5 -benchmem ./sharedbucket
-// Each sharedbucket figure has its baseline in the same run. Allow
+// Each figure has its baseline in the same run; the comparisons with
+// x/time/rate are in the bench module (bench/sharedbucket_test.go). Allow
 // benchmarks use a policy that never denies (T = 1 ns, b = 2^40); deny
 // benchmarks a bucket already drained.
 
@@ -78,7 +77,6 @@ func BenchmarkSingleKey(b *testing.B) {
 			b.Fatalf("allowed %d of %d", n, b.N)
 		}
 	})
-	b.Run("impl=x/time/rate", benchRateAllow)
 	b.Run("impl=floor", benchFloor)
 }
 
@@ -105,23 +103,6 @@ func benchFloor(b *testing.B) {
 	}
 }
 
-// benchRateAllow is the baseline: x/time/rate's Allow on a limiter that
-// never denies.
-func benchRateAllow(b *testing.B) {
-	lim := rate.NewLimiter(rate.Limit(1e9), 1<<40)
-	b.ReportAllocs()
-	n := 0
-	defer cpuMetric(b)()
-	for b.Loop() {
-		if lim.Allow() {
-			n++
-		}
-	}
-	if n != b.N {
-		b.Fatalf("allowed %d of %d", n, b.N)
-	}
-}
-
 func BenchmarkKeyedHot(b *testing.B) {
 	clockVariants(b, "sharedbucket.Table", func(b *testing.B, opts ...Option) {
 		tb := benchTable(b, neverDeny, opts...)
@@ -137,7 +118,6 @@ func BenchmarkKeyedHot(b *testing.B) {
 			b.Fatalf("allowed %d of %d", n, b.N)
 		}
 	})
-	b.Run("impl=x/time/rate", benchRateAllow)
 }
 
 // BenchmarkDecide: the decision with its figures (what the shm store makes
@@ -222,27 +202,6 @@ func BenchmarkKeyed100k(b *testing.B) {
 			b.Fatalf("allowed %d of %d", n, b.N)
 		}
 	})
-	b.Run("impl=sync.Map-of-rate.Limiter", func(b *testing.B) {
-		var m sync.Map
-		b.ReportAllocs()
-		n, i := 0, 0
-		defer cpuMetric(b)()
-		for b.Loop() {
-			v, ok := m.Load(keys[i])
-			if !ok {
-				v, _ = m.LoadOrStore(keys[i], rate.NewLimiter(rate.Limit(1e9), 1<<40))
-			}
-			if v.(*rate.Limiter).Allow() {
-				n++
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
-		if n != b.N {
-			b.Fatalf("allowed %d of %d", n, b.N)
-		}
-	})
 }
 
 // distinctLineKeys returns n keys whose slots in tb sit on different cache
@@ -262,7 +221,7 @@ func distinctLineKeys(tb *Table, n int) []string {
 	return keys
 }
 
-// par2 runs body on exactly 2 goroutines (one per core on the reference
+// par2 runs body on exactly 2 goroutines (one per core on a 2-core
 // machine); ns/op is wall time per operation summed over both, so perfect
 // scaling halves the single-goroutine figure.
 func par2(b *testing.B, body func(id int, pb *testing.PB)) {
@@ -308,15 +267,6 @@ func BenchmarkPar2DistinctKeys(b *testing.B) {
 			}
 		})
 	})
-	b.Run("impl=x/time/rate-per-goroutine", func(b *testing.B) {
-		b.ReportAllocs()
-		par2(b, func(id int, pb *testing.PB) {
-			lim := rate.NewLimiter(rate.Limit(1e9), 1<<40)
-			for pb.Next() {
-				lim.Allow()
-			}
-		})
-	})
 }
 
 func BenchmarkPar2SameKeyDenied(b *testing.B) {
@@ -341,16 +291,6 @@ func BenchmarkPar2SameKeyDenied(b *testing.B) {
 			b.Fatalf("allowed %d", allowed.Load())
 		}
 	})
-	b.Run("impl=x/time/rate", func(b *testing.B) {
-		lim := rate.NewLimiter(rate.Every(time.Hour), 1)
-		lim.Allow()
-		b.ReportAllocs()
-		par2(b, func(_ int, pb *testing.PB) {
-			for pb.Next() {
-				lim.Allow()
-			}
-		})
-	})
 }
 
 // BenchmarkPar2SameKeyAllowed is the contention case: two cores spend on
@@ -367,15 +307,6 @@ func BenchmarkPar2SameKeyAllowed(b *testing.B) {
 			}
 		})
 		b.ReportMetric(float64(tb.Stats().Contended), "failopens")
-	})
-	b.Run("impl=x/time/rate", func(b *testing.B) {
-		lim := rate.NewLimiter(rate.Limit(1e9), 1<<40)
-		b.ReportAllocs()
-		par2(b, func(_ int, pb *testing.PB) {
-			for pb.Next() {
-				lim.Allow()
-			}
-		})
 	})
 }
 

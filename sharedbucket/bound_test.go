@@ -55,11 +55,11 @@ func checkBoundPlus(t *testing.T, c canon, key string, recs []spendRec, extra fu
 	}
 }
 
-// TestReclaimBeforeOlderDecision is the regression of issue 9: Slots 8,
+// TestReclaimBeforeOlderDecision: Slots 8,
 // 100/s, burst 1. X spends at base; Y, at base+10ms (X's bucket is full by
 // then), may take X's slot; X again at base+1ms must be denied: 2 tokens in
-// 1 ms would exceed the bound of 1.1. Before the fix Y took X's slot
-// whenever X sat at Y's home, and X got a fresh bucket (32 of 200 trials).
+// 1 ms would exceed the bound of 1.1. Y must not take X's slot when X sits
+// at Y's home, or X gets a fresh bucket.
 func TestReclaimBeforeOlderDecision(t *testing.T) {
 	p := Policy{Limit: 100, Window: time.Second, Burst: 1} // T = 10ms
 	const T = int64(10 * time.Millisecond)

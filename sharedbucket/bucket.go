@@ -168,3 +168,15 @@ func (b *Bucket) debt(now int64, live bool) int64 {
 	}
 	return b.t.debtOf(b.h, s, now, live)
 }
+
+// Rate is the table's refill in tokens per second: Limit per Window.
+func (b *Bucket) Rate() float64 { return float64(time.Second) / float64(b.t.interval) }
+
+// Burst is the most tokens the bucket holds: the table's burst, or 0 for an
+// invalid key (whose bucket grants nothing).
+func (b *Bucket) Burst() int64 {
+	if b.h == 0 {
+		return 0
+	}
+	return b.t.burst
+}

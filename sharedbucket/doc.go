@@ -2,6 +2,19 @@
 // memory-mapped file, so that every process on a host that maps the file
 // enforces the same limit per key.
 //
+//	tb, err := sharedbucket.Open(filepath.Join(sharedbucket.DefaultDir(), "api.sbt"),
+//		sharedbucket.Policy{Limit: 100, Window: time.Minute}) // every process opening the file shares it
+//	if err != nil { ... }
+//	defer tb.Close()
+//	if !tb.Allow(clientIP) {
+//		retry := tb.RetryAfter(clientIP) // how long until the key has a token
+//		...
+//	}
+//
+// Table.Bucket(key) is one key's handle, for a hot key; a Bucket also feeds
+// a blocking, FIFO ratelimiter.Limiter (ratelimiter.Shared). Linux and
+// macOS; elsewhere Open returns an error matching errors.ErrUnsupported.
+//
 // A check costs one clock read (the host's monotonic clock through the
 // vDSO, see [Now]; or an atomic load with [WithCoarseClock]), a keyed hash, a
 // load and, when the request is allowed, one compare-and-swap on a word of

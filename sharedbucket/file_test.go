@@ -410,9 +410,9 @@ func FuzzDecodeHeader(f *testing.F) {
 
 // TestRacingCreators: 32 goroutines open one fresh path at once, round
 // after round; every Open succeeds, all agree on one file, and no temporary
-// file is left. Before the fix another creator's sweep could lock a new
-// temporary file before its owner did, and the owner's Open failed with
-// "resource temporarily unavailable".
+// file is left: another creator's sweep must not lock a new temporary
+// file before its owner does (the owner's Open would fail with "resource
+// temporarily unavailable").
 func TestRacingCreators(t *testing.T) {
 	const goroutines, rounds = 32, 100
 	dir := tmpfsDir(t)

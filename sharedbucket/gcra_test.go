@@ -250,7 +250,7 @@ func TestNoLockoutAfterLongIdle(t *testing.T) {
 	}
 }
 
-// TestSkew moves a stored TAT by hand (the reference's _skew hook): a TAT in
+// TestSkew moves a stored TAT by hand (a test hook): a TAT in
 // the past refills exactly, one slightly in the future (another process's
 // fresher clock) never refills early, and a damaged one far in the future
 // costs at most one bucket's worth of waiting.

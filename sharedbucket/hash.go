@@ -17,8 +17,7 @@ import "github.com/sluice-go/sluice/internal/keyhash"
 //     read the file can choose keys that collide in one probe window and
 //     evict live buckets at will.
 //   - It is on every call's path. SipHash-1-3 (format version 2) costs
-//     three times this hash (BenchmarkHash: 20.9 against 7.1 ns for a
-//     13-byte key in docs/benchmarks.md's run), which costs two
+//     about three times this hash (BenchmarkHash compares them), which costs two
 //     64×64→128-bit multiplies for keys up to 16 bytes.
 type hasher struct {
 	keyhash.Hasher

@@ -78,8 +78,8 @@ const MinCoarseResolution = 50 * time.Microsecond
 // WithCoarseClock makes this handle read the time from a clock that a
 // goroutine of its own refreshes every res (a CLOCK_MONOTONIC reading stored
 // in an atomic), instead of reading CLOCK_MONOTONIC on every call. Where a
-// clock read is expensive (virtual machines: 20–50 ns on those we measured
-// on, more than the rest of a check) this cuts the cost of a check by that
+// clock read is expensive (on many virtual machines it costs more than the
+// rest of a check; BenchmarkClock measures it) this cuts the cost of a check by that
 // much.
 //
 // The price: decisions are dated up to res (plus any delay of the refreshing

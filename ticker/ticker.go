@@ -18,7 +18,7 @@
 // given with WithClock (a *clock.Mock for tests that move time by hand), or,
 // inside a testing/synctest bubble, on the bubble's fake time. A ctx that is
 // done before Next returns wins: Next returns ctx.Err() and the boundary
-// goes to the next caller. Waiting is the parking core of semaphore.Queue.
+// goes to the next caller. Waiting is the parking core of queue.Queue.
 package ticker
 
 import (
@@ -29,8 +29,9 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/queue"
 	"github.com/sluice-go/sluice/sched"
-	"github.com/sluice-go/sluice/semaphore"
 )
 
 // ErrStopped is returned by Next once the ticker is stopped, by Stop or by
@@ -41,13 +42,13 @@ var ErrStopped = errors.New("ticker: stopped")
 // A Ticker delivers the boundaries start + k·period, each to at most one
 // caller of Next, in FIFO order of the callers.
 //
-// It is a semaphore.Queue whose one unit is the newest passed boundary not
+// It is a queue.Queue whose one unit is the newest passed boundary not
 // yet returned, produced from the clock by the Ticker's grid (its Source).
 //
 // A Ticker is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
 type Ticker struct {
-	q         *semaphore.Queue
+	q         *queue.Queue
 	g         grid
 	stopWatch func() bool // unregisters the stop at the end of the run
 }
@@ -55,7 +56,7 @@ type Ticker struct {
 // grid is the Ticker's Source: its state is guarded by the queue's lock.
 type grid struct {
 	clock    sched.Clock
-	alarm    *Alarm
+	alarm    *alarm.Alarm
 	period   time.Duration
 	origin   time.Time // New's Now: a granted boundary is carried as its offset from origin
 	start    time.Time // boundary k is start + k·period
@@ -115,8 +116,8 @@ func New(ctx context.Context, period time.Duration, opts ...Option) (*Ticker, er
 	t.g.clock = sched.ClockOf(ctx, cfg.clock)
 	t.g.period, t.g.start = period, t.g.clock.Now()
 	t.g.origin = t.g.start
-	t.q = semaphore.NewQueue("ticker.Next", 0, &t.g)
-	t.g.alarm = NewAlarm(t.g.clock, t.q.Refill)
+	t.q = queue.New("ticker.Next", 0, &t.g)
+	t.g.alarm = alarm.New(t.g.clock, t.q.Refill)
 	t.stopWatch = sched.AfterRun(ctx, func() { t.q.Close(ErrStopped) })
 	return t, nil
 }
@@ -214,7 +215,7 @@ func (t *Ticker) Reset(period time.Duration) {
 	if period <= 0 {
 		panic(fmt.Sprintf("ticker: Reset with non-positive period %v", period))
 	}
-	t.q.Do(func(s *semaphore.State) {
+	t.q.Do(func(s *queue.State) {
 		if s.Closed {
 			t.g.period = period
 			return
@@ -229,7 +230,7 @@ func (t *Ticker) Reset(period time.Duration) {
 // Stats returns the ticker's counts now.
 func (t *Ticker) Stats() Stats {
 	var st Stats
-	t.q.Do(func(s *semaphore.State) {
+	t.q.Do(func(s *queue.State) {
 		g := &t.g
 		st = Stats{Fired: g.before + uint64(g.last), Skipped: g.skipped, Consumed: g.consumed, Pending: uint64(s.Avail)}
 	})
@@ -239,7 +240,7 @@ func (t *Ticker) Stats() Stats {
 // Period returns the current period.
 func (t *Ticker) Period() time.Duration {
 	var p time.Duration
-	t.q.Do(func(*semaphore.State) { p = t.g.period })
+	t.q.Do(func(*queue.State) { p = t.g.period })
 	return p
 }
 

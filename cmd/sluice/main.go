@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluice-go/sluice/internal/cli"
+	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
 )
 
 func main() {

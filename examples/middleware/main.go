@@ -37,10 +37,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice/client"
+	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
 	"github.com/sluice-go/sluice/httplimit"
-	"github.com/sluice-go/sluice/internal/cli"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
+	"github.com/sluice-go/sluice/store/shmstore"
 )
 
 // Config is what a run does.
@@ -149,5 +150,13 @@ func openStore(spec string, timeout time.Duration) (store.Store, error) {
 		}
 		return c.Store(), nil
 	}
-	return cli.OpenStore(spec, cli.StoreOptions{})
+	switch {
+	case spec == "memory":
+		return store.NewMemory(), nil
+	case spec == "shm" || strings.HasPrefix(spec, "shm:") && len(spec) > 4:
+		return shmstore.Open(strings.TrimPrefix(strings.TrimPrefix(spec, "shm"), ":"))
+	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
+		return redisstore.Open(spec, redisstore.WithTimeout(timeout))
+	}
+	return nil, fmt.Errorf("-store %q: want memory, shm, shm:DIR, redis://HOST:PORT/DB or http://HOST:PORT", spec)
 }

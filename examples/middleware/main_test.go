@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/internal/redistest"
-	"github.com/sluice-go/sluice/service"
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -4,9 +4,8 @@
 // The service and the httplimit middleware both write through it, so the two
 // never answer the same decision differently.
 //
-// The fields follow draft-ietf-httpapi-ratelimit-headers-12 (20 November
-// 2026, the newest revision we found; its RateLimit-Policy (§3) and RateLimit
-// (§4) definitions read as in -11):
+// The fields follow draft-ietf-httpapi-ratelimit-headers-12 (its
+// RateLimit-Policy (§3) and RateLimit (§4) definitions read as in -11):
 //
 //   - RateLimit-Policy: "name";q=Q;w=W;sluice-burst=B. q is a quota in
 //     requests per window of w whole seconds, so q/w is the policy's rate
@@ -34,7 +33,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/service/store"
+	"github.com/sluice-go/sluice/store"
 )
 
 // cachedTokens is how many remaining-token counts get their header values

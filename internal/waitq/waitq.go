@@ -1,5 +1,5 @@
 // Package waitq is the intrusive FIFO list of parked callers under
-// semaphore.Queue, the one parking core that semaphore, ticker and
+// queue.Queue, the one parking core that semaphore, ticker and
 // ratelimiter share: a doubly linked list threaded through the waiters
 // themselves, so queueing allocates nothing and a cancelled waiter leaves
 // from the middle in O(1).

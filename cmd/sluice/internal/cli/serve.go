@@ -1,0 +1,276 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
+	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/sharedbucket"
+	"github.com/sluice-go/sluice/store"
+	"github.com/sluice-go/sluice/store/shmstore"
+)
+
+// ServeOptions are the settings of `sluice serve`.
+type ServeOptions struct {
+	Addr         string
+	Rate         float64
+	Burst        int64
+	Limits       string
+	Sweep        time.Duration
+	ShmSlots     int
+	Store        string
+	Shadow       bool
+	Fail         string
+	StoreTimeout time.Duration
+	LogFormat    string
+	GRPC         string // Envoy RateLimitService address; "" for none
+	Config       string // envoyproxy/ratelimit rules file; "" for none
+	ConfigPoll   time.Duration
+	HTTPDomain   string
+	MaxOverrides int
+}
+
+func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8100", "listen address")
+	fs.Float64Var(&o.Rate, "rate", 10, "tokens per second for keys not in -limits (fractional allowed)")
+	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
+	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
+	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
+	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...]")
+	fs.IntVar(&o.ShmSlots, "shm-slots", sharedbucket.DefaultSlots,
+		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
+	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
+	fs.StringVar(&o.Fail, "fail", "open", "when the store fails: open (allow) or closed (deny)")
+	fs.DurationVar(&o.StoreTimeout, "store-timeout", service.DefaultStoreTimeout,
+		"bound on one store call, and on Redis dials, reads and writes")
+	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
+	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
+	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
+	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when its size or modification time changed and then held for one more check, checked this often (0: only on SIGHUP)")
+	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
+	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
+		"distinct Envoy limit overrides given buckets (a table file each with the shm store); a new one past this is answered as if absent (0: none)")
+	return fs
+}
+
+// Serve runs `sluice serve` until ctx is cancelled, then shuts down
+// gracefully: it stops accepting, lets requests in flight finish (up to 10 s)
+// and closes the store.
+func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o ServeOptions
+	fs := serveFlags(&o, stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		_, _ = fmt.Fprintf(stderr, "sluice serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := o.config()
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, nil)
+	if o.LogFormat == "json" {
+		h = slog.NewJSONHandler(stderr, nil)
+	}
+	log := slog.New(h)
+	cfg.Logger = log
+	// go-redis logs dial failures itself: through slog, so -log json stays JSON.
+	redisstore.SetLogger(log)
+
+	if os.Getenv("GOGC") == "" {
+		// Why: the live heap is tiny (a few MB), so the default GOGC=100
+		// collects every few thousand requests; 400 trades a few MB for
+		// fewer GC cycles on the request path. GOGC in the environment wins.
+		debug.SetGCPercent(400)
+	}
+	st, err := OpenStore(o.Store, StoreOptions{Sweep: o.Sweep, ShmSlots: o.ShmSlots, Timeout: o.StoreTimeout, Logger: log})
+	if err != nil {
+		log.Error("cannot open store", "store", o.Store, "err", err)
+		return 1
+	}
+	cfg.Store = st
+	if sh, ok := st.(*shmstore.Store); ok {
+		policies := append([]store.Policy{cfg.Default}, rulePolicies(cfg.Rules)...)
+		for _, p := range cfg.Limits {
+			policies = append(policies, p)
+		}
+		if err := sh.Prepare(policies...); err != nil {
+			log.Error("cannot open the shm tables", "dir", sh.Dir(), "err", err)
+			_ = st.Close()
+			return 1
+		}
+		defer startEvictionWarner(ctx, sh, policies, log)()
+		if on, err := sh.OnTmpfs(); err == nil && !on {
+			log.Warn("shm store directory is not on tmpfs: page writeback can stall decisions; prefer the default or a tmpfs DIR",
+				"dir", sh.Dir())
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if perr := st.Ping(pctx); perr != nil {
+		// Serve anyway: the store may come up later, and until then
+		// requests follow -fail and /healthz reports it.
+		log.Warn("store not reachable yet; serving per -fail", "store", st.Name(), "err", perr)
+	}
+	cancel()
+	var extras []ServeExtra
+	if o.GRPC != "" {
+		if cfg.Rules == nil {
+			log.Warn("-grpc without -config: no descriptor matches a rule, so every one is answered OK")
+		}
+		extras = append(extras, WithGRPC(o.GRPC, nil))
+	}
+	if o.Config != "" {
+		log.Info("rules loaded", "file", o.Config, "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		extras = append(extras, WithRulesReload(o.Config, hup, o.ConfigPoll))
+	}
+	err = RunServer(ctx, cfg, o.Addr, log, nil, extras...)
+	if cerr := st.Close(); cerr != nil {
+		log.Warn("closing store", "err", cerr)
+	}
+	if err != nil {
+		log.Error("serve failed", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// config checks the flags and builds the service config (without store).
+func (o *ServeOptions) config() (service.Config, error) {
+	var cfg service.Config
+	switch o.Fail {
+	case "open":
+		cfg.FailOpen = true
+	case "closed":
+	default:
+		return cfg, fmt.Errorf("-fail %q: want open or closed", o.Fail)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return cfg, fmt.Errorf("-log %q: want text or json", o.LogFormat)
+	}
+	if err := CheckStoreSpec(o.Store); err != nil {
+		return cfg, err
+	}
+	cfg.Default = store.Policy{Name: "default", Rate: o.Rate, Burst: o.Burst}
+	if err := cfg.Default.Validate(); err != nil {
+		return cfg, fmt.Errorf("-rate/-burst: %w", err)
+	}
+	limits, err := service.ParseLimits(o.Limits)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Limits = limits
+	cfg.Shadow = o.Shadow
+	cfg.StoreTimeout = o.StoreTimeout
+	cfg.HTTPDomain = o.HTTPDomain
+	switch {
+	case o.MaxOverrides < 0:
+		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
+	case o.MaxOverrides == 0:
+		cfg.MaxOverrides = -1 // service.Config's "none"
+	default:
+		cfg.MaxOverrides = o.MaxOverrides
+	}
+	switch {
+	case o.ConfigPoll < 0:
+		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)
+	case o.ConfigPoll > 0 && o.Config == "":
+		return cfg, errors.New("-config-poll needs -config")
+	}
+	if o.Config != "" {
+		if cfg.Rules, err = loadRules(o.Config); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// RunServer serves cfg on addr until ctx is cancelled, then shuts down
+// gracefully. If ready is non-nil it is called with the bound address once
+// the listener is open (useful with port 0). extras (WithGRPC,
+// WithRulesReload) start before the server reports listening and stop after
+// the HTTP server has shut down.
+func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr), extras ...ServeExtra) error {
+	srv, err := service.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{
+		Handler: srv,
+		// Why these, and not ReadTimeout: a client that sends its headers
+		// slowly (slowloris) or goes quiet between requests must not hold
+		// a connection forever; ReadHeaderTimeout and IdleTimeout bound
+		// that, and a POST body gets its own read deadline
+		// (service.Config.BodyTimeout), so ReadTimeout would only arm one
+		// more timer per request. WriteTimeout stays although the three
+		// timeouts' timers cost a few percent of the peak: without it a
+		// client that sends requests and never reads the answers keeps its
+		// connection, with full socket buffers (hundreds of KiB of kernel
+		// memory each), for as long as it likes. docs/service.md
+		// ("Timeouts") has the trade-off.
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	for _, x := range extras {
+		stop, err := x(ctx, srv, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer stop()
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
+		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),
+		"shadow", cfg.Shadow, "fail_open", cfg.FailOpen)
+	if ready != nil {
+		ready(ln.Addr())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	st := srv.Stats()
+	log.Info("stopped", "allowed_total", st.Allowed, "denied_total", st.Denied, "shadow_denied_total", st.ShadowDenied,
+		"degraded_total", st.Degraded, "fail_open", cfg.FailOpen, "canceled_total", st.Canceled)
+	return err
+}

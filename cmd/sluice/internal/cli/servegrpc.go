@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/store"
+)
+
+// ServeExtra is an optional part of RunServer, started once the service is
+// built and before it reports listening; stop is called at shutdown.
+type ServeExtra func(ctx context.Context, srv *service.Server, log *slog.Logger) (stop func(), err error)
+
+// WithGRPC serves Envoy's RateLimitService (v3) on addr next to the HTTP API,
+// with the standard gRPC health service (SERVING until shutdown begins) for
+// Envoy's gRPC health checks. ready, if non-nil, is called with the bound
+// address.
+func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
+	return func(_ context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("-grpc: %w", err)
+		}
+		g := grpc.NewServer(
+			// Why: Envoy keeps one long-lived HTTP/2 connection per worker
+			// and may ping it; allow pings without streams rather than
+			// closing the connection with GOAWAY "too_many_pings".
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		)
+		srv.RegisterRateLimitService(g)
+		hs := health.NewServer()
+		healthpb.RegisterHealthServer(g, hs)
+		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService")
+		if ready != nil {
+			ready(ln.Addr())
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := g.Serve(ln); err != nil {
+				log.Error("grpc serve failed", "err", err)
+			}
+		}()
+		return func() {
+			// Let calls in flight finish, as the HTTP side does, but not
+			// forever: a stuck stream must not hold the process.
+			hs.Shutdown()
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				g.Stop()
+				<-stopped
+			}
+			<-done
+		}, nil
+	}
+}
+
+// WithRulesReload reloads the rules file at path each time sig delivers (the
+// serve command sends SIGHUP there) and, if poll > 0, whenever a check every
+// poll finds the file's size or modification time changed and then the same
+// on the next check (Windows has no
+// SIGHUP; a Kubernetes ConfigMap update swaps the file). A bad file keeps
+// the rules in force; service.Server.ReloadRules logs and counts either
+// outcome.
+func WithRulesReload(path string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
+	return func(ctx context.Context, srv *service.Server, _ *slog.Logger) (func(), error) {
+		ctx, cancel := context.WithCancel(ctx)
+		var tick <-chan time.Time
+		stopTicker := func() {}
+		if poll > 0 {
+			t := time.NewTicker(poll)
+			tick, stopTicker = t.C, t.Stop
+		}
+		last := fileStamp(path)
+		var wg sync.WaitGroup
+		wg.Go(func() { reloadLoop(ctx, srv, path, sig, tick, last) })
+		return func() { cancel(); wg.Wait(); stopTicker() }, nil
+	}
+}
+
+func reloadLoop(ctx context.Context, srv *service.Server, path string, sig <-chan os.Signal, tick <-chan time.Time, last stamp) {
+	pending := last
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sig:
+			last = fileStamp(path)
+			pending = last
+			_ = srv.ReloadRules(path)
+		case <-tick:
+			// Why size and mtime, not a hash: a stat per poll costs nothing,
+			// and an editor or kubelet that rewrites the file changes one.
+			// Why wait for two equal readings: a file written in place is
+			// briefly truncated or half written; reloading it then would
+			// log and count an error for nothing.
+			now := fileStamp(path)
+			if now != last && now == pending {
+				last = now
+				_ = srv.ReloadRules(path)
+			}
+			pending = now
+		}
+	}
+}
+
+// stamp identifies a version of a file; the zero stamp is a missing file.
+type stamp struct{ size, modNanos int64 }
+
+func fileStamp(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}
+	}
+	return stamp{fi.Size(), fi.ModTime().UnixNano()}
+}
+
+// loadRules reads the -config file; its errors name the file, line and field.
+func loadRules(path string) (*rules.Config, error) {
+	c, err := rules.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("-config: %w", err)
+	}
+	return c, nil
+}
+
+// rulePolicies are the store policies of the rules' limited rules.
+func rulePolicies(c *rules.Config) []store.Policy {
+	var ps []store.Policy
+	if c == nil {
+		return nil
+	}
+	for _, r := range c.Rules {
+		if p, ok := r.Policy(); ok {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}

@@ -1,0 +1,133 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store"
+)
+
+// tripCounter counts the round trips a go-redis client makes: one per
+// command sent alone, one per pipeline (of any length).
+type tripCounter struct{ trips, cmds atomic.Int64 }
+
+func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.trips.Add(1)
+		h.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.trips.Add(1)
+		h.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// Decisions in flight at once share round trips: 64 goroutines × 50
+// calls take far fewer round trips than calls, and every answer is still
+// each call's own (each goroutine's key ends exactly 50 tokens down).
+func TestRedisConcurrentCallsSharePipelines(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1, DialerRetries: 1})
+	h := &tripCounter{}
+	c.AddHook(h)
+	s := redisstore.New(c)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 100} // no refill within the test
+	_, err := s.Allow(ctx, "warm", 1, p)            // loads the script
+	require.NoError(t, err)
+	h.trips.Store(0)
+	h.cmds.Store(0)
+
+	const goroutines, each = 64, 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	last := make([]store.Result, goroutines)
+	errs := make([]error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			key := "g" + strconv.Itoa(g)
+			for range each {
+				r, err := s.Allow(ctx, key, 1, p)
+				if err != nil {
+					errs[g] = err
+					return
+				}
+				last[g] = r
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for g := range goroutines {
+		require.NoError(t, errs[g])
+		assert.True(t, last[g].Allowed)
+		assert.InDelta(t, 100-each, last[g].Remaining, 0.01, "goroutine %d: each call charged once", g)
+	}
+	calls, trips := h.cmds.Load(), h.trips.Load()
+	t.Logf("%d calls in %d round trips", calls, trips)
+	assert.GreaterOrEqual(t, calls, int64(goroutines*each))
+	assert.LessOrEqual(t, trips*4, calls, "calls in flight at once go out together")
+}
+
+// A caller whose context ends stops waiting at once, without cutting short
+// the round trip it shares, and a context already ended sends nothing.
+func TestRedisCallerContextEndsAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := newStallProxy(t, srv.Addr())
+	s, err := redisstore.Open("redis://"+proxy.ln.Addr().String()+"/0", redisstore.WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 10}
+	_, err = s.Allow(context.Background(), "k", 1, p)
+	require.NoError(t, err)
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = s.Allow(done, "never", 1, p)
+	require.ErrorIs(t, err, context.Canceled)
+
+	proxy.setStalled(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	other := make(chan error, 1)
+	go func() {
+		_, err := s.Allow(context.Background(), "k", 1, p)
+		other <- err
+	}()
+	mine := make(chan error, 1)
+	go func() {
+		_, err := s.Allow(ctx, "k", 1, p)
+		mine <- err
+	}()
+	cancel()
+	require.ErrorIs(t, <-mine, context.Canceled)
+	proxy.setStalled(false)
+	require.NoError(t, <-other, "the shared round trip was not cut short")
+	n, err := raw.Exists(context.Background(), redisstore.Key("never")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "an ended context sent nothing")
+	var ne net.Error
+	assert.False(t, errors.As(err, &ne))
+}

@@ -1,0 +1,302 @@
+// Package redisstore is a store.Store kept in Redis, for limits shared by
+// processes on many hosts.
+//
+// Each decision is one EVALSHA of a Lua script that runs the same GCRA rule
+// as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
+// the callers' clocks never matter. Decisions in flight at once share a
+// round trip: they go to Redis as one pipelined write, each with its own
+// reply, so the cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
+// keeps each bucket a single-slot key on Redis Cluster. A key expires when
+// its bucket is full again (its TTL is the time until full), so Redis holds
+// only keys that carry debt.
+//
+// Failures: a call that times out is never replayed, because Redis may have
+// applied it; go-redis's command retries and dial retries are off, so the
+// only retry is EVAL after NOSCRIPT (the script was not there, so nothing
+// ran). Callers decide what an error means (sluice serve's -fail); wrap the
+// store in store.NewBreaker so that an outage costs callers nothing while a
+// background probe waits for Redis to return.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-go/sluice/store"
+)
+
+//go:embed gcra.lua
+var gcraLua string
+
+// gcraSHA is the script's SHA1, what EVALSHA names it by.
+var gcraSHA = redis.NewScript(gcraLua).Hash()
+
+// KeyPrefix starts every key the store writes.
+const KeyPrefix = "sluice:"
+
+// Store is a store.Store over a go-redis client (single node, Sentinel
+// failover or Cluster). Safe for concurrent use; the zero value is not usable
+// (use Open, OpenCluster or New). Allow blocks for one round trip, bounded by
+// ctx and the client's timeouts; when ctx ends first it returns an error and
+// the decision may or may not have been applied.
+type Store struct {
+	cur atomic.Pointer[conn] // the client in use; replaced by Ping (see renew)
+	// renew builds a fresh client from the options Open parsed; nil for New.
+	renew func() redis.UniversalClient
+
+	pl pipeline // the calls in flight, sent together (see pipeline.go)
+
+	mu     sync.Mutex // serialises replacing and closing the client
+	closed bool       // guarded by mu
+}
+
+type conn struct{ c redis.UniversalClient }
+
+// DefaultTimeout bounds dialing, reading and writing when neither the URL
+// nor WithTimeout sets them.
+const DefaultTimeout = 250 * time.Millisecond
+
+// Option configures Open and OpenCluster.
+type Option func(*options)
+
+type options struct{ timeout time.Duration }
+
+// WithTimeout sets go-redis's dial, read and write timeouts (default
+// DefaultTimeout; `sluice serve` passes -store-timeout). A URL that sets
+// dial_timeout, read_timeout or write_timeout keeps its own value.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Open connects to the Redis a URL names ("redis://[user:pass@]HOST:PORT/DB",
+// "rediss://" for TLS, with go-redis's query options). Nothing is ever
+// replayed: go-redis's command retries are off (MaxRetries −1), because after
+// a network error the script may already have run and replaying it would
+// charge twice; a failed dial is not retried either (DialerRetries 1), so a
+// refused connection fails in microseconds instead of five dials and their
+// back-offs. Open does not dial; the first call does.
+func Open(url string, opts ...Option) (*Store, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	o := collect(opts)
+	opt.MaxRetries = -1
+	opt.DialerRetries = 1
+	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	s := New(redis.NewClient(opt))
+	s.renew = func() redis.UniversalClient { return redis.NewClient(opt) }
+	return s, nil
+}
+
+func collect(opts []Option) options {
+	o := options{timeout: DefaultTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.timeout <= 0 {
+		o.timeout = DefaultTimeout
+	}
+	return o
+}
+
+// failFast fills in the settings that Open and OpenCluster share where the
+// URL left them unset. Why shorter timeouts than go-redis's defaults (5 s
+// dial, 3 s I/O): a limiter on the request path must answer or fail fast.
+// Why RESP2: the script returns a flat integer array either way, and RESP3
+// makes go-redis check every reply for push notifications (about 6% of the
+// request's CPU, profiled). The callers also set ContextTimeoutEnabled (the
+// service's per-request deadline in ctx bounds the socket read too) and
+// DisableIdentity (no CLIENT SETINFO round trip on old servers).
+func failFast(timeout time.Duration, dial, read, write *time.Duration, protocol *int) {
+	for _, d := range []*time.Duration{dial, read, write} {
+		if *d == 0 {
+			*d = timeout
+		}
+	}
+	if *protocol == 0 {
+		*protocol = 2
+	}
+}
+
+// OpenCluster connects to a Redis Cluster. The URL has Open's form with the
+// scheme rediscluster:// (TLS: redisclusters://) and further seed nodes as
+// addr= parameters: "rediscluster://10.0.0.1:6379?addr=10.0.0.2:6379". As in
+// Open, nothing is ever replayed: go-redis's cluster client retries network
+// errors and timeouts within its redirect budget, so redirects are off too
+// (MaxRedirects −1). A MOVED reply during resharding is then an error for
+// that one request (answered per -fail) and makes the client reload the
+// slot map, so the next request goes to the right node.
+func OpenCluster(url string, opts ...Option) (*Store, error) {
+	u := url
+	switch {
+	case strings.HasPrefix(u, "rediscluster://"):
+		u = "redis://" + strings.TrimPrefix(u, "rediscluster://")
+	case strings.HasPrefix(u, "redisclusters://"):
+		u = "rediss://" + strings.TrimPrefix(u, "redisclusters://")
+	default:
+		return nil, fmt.Errorf("redisstore: cluster URL %q: want rediscluster://HOST:PORT[?addr=HOST:PORT...]", url)
+	}
+	opt, err := redis.ParseClusterURL(u)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
+	}
+	o := collect(opts)
+	opt.MaxRetries = -1
+	opt.MaxRedirects = -1
+	opt.DialerRetries = 1
+	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
+	opt.ContextTimeoutEnabled = true
+	opt.DisableIdentity = true
+	s := New(redis.NewClusterClient(opt))
+	s.renew = func() redis.UniversalClient { return redis.NewClusterClient(opt) }
+	return s, nil
+}
+
+// New returns a Store over c, which it owns (Close closes it). Configure c
+// with MaxRetries −1: go-redis otherwise retries after network errors, which
+// may replay a decision Redis already applied; and with DialerRetries 1 so
+// that a refused connection fails at once.
+func New(c redis.UniversalClient) *Store {
+	s := &Store{}
+	s.cur.Store(&conn{c})
+	return s
+}
+
+func (s *Store) client() redis.UniversalClient { return s.cur.Load().c }
+
+// Key returns the Redis key that holds key's bucket.
+func Key(key string) string { return KeyPrefix + "{" + key + "}" }
+
+// Allow implements store.Store with one EVALSHA (plus one EVAL the first
+// time a Redis server sees the script), sent in one pipeline with the other
+// calls in flight at that moment. It blocks until the reply or until ctx
+// ends, whichever is first. A timeout, a network error or an ended ctx
+// returns an error: the decision may or may not have been applied, and is
+// not retried.
+func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
+	if err := store.Check(cost, p); err != nil {
+		return store.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Result{}, fmt.Errorf("redisstore: %w", err) // nothing sent
+	}
+	T := int64(p.Interval())
+	c := callPool.Get().(*call)
+	c.keys[0] = Key(key)
+	c.args[0], c.args[1], c.args[2] = T, T*p.Burst, cost
+	if !s.pl.do(ctx, s.client, c) {
+		return store.Result{}, fmt.Errorf("redisstore: %w", ctx.Err()) // c stays the flusher's
+	}
+	v, err := c.v, c.err
+	c.v, c.err = nil, nil
+	callPool.Put(c)
+	if err != nil {
+		return store.Result{}, fmt.Errorf("redisstore: %w", err)
+	}
+	if len(v) != 4 {
+		return store.Result{}, fmt.Errorf("redisstore: script returned %d values, want 4", len(v))
+	}
+	return store.Result{
+		Allowed:    v[0] == 1,
+		Remaining:  float64(v[1]) / float64(T),
+		ResetAfter: time.Duration(v[2]),
+		RetryAfter: time.Duration(v[3]),
+	}, nil
+}
+
+// Keys implements store.Store by scanning for the store's keys (every master
+// of a Cluster). It costs O(keys); meant for /stats, not the hot path.
+func (s *Store) Keys(ctx context.Context) (int64, error) {
+	count := func(ctx context.Context, c redis.Cmdable) (int64, error) {
+		var n int64
+		it := c.Scan(ctx, 0, KeyPrefix+"{*", 1000).Iterator()
+		for it.Next(ctx) {
+			n++
+		}
+		return n, it.Err()
+	}
+	c := s.client()
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var total atomic.Int64
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			n, err := count(ctx, c)
+			total.Add(n)
+			return err
+		})
+		return total.Load(), err
+	}
+	return count(ctx, c)
+}
+
+// Ping implements store.Store. When the client fails, Ping also asks a
+// fresh client built from the same options (stores from Open and
+// OpenCluster) and, if that one gets through, makes it the store's client.
+// Why: after as many failed dials as its pool size, a go-redis pool answers
+// every call with its last dial error and redials only once a second in the
+// background, so a Redis that is back would go unused for up to a second.
+// Ping is what a breaker probes with, so recovery takes one probe.
+func (s *Store) Ping(ctx context.Context) error {
+	err := s.client().Ping(ctx).Err()
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, redis.ErrClosed) {
+		return store.ErrClosed
+	}
+	if s.renew != nil && ctx.Err() == nil {
+		fresh := s.renew()
+		if ferr := fresh.Ping(ctx).Err(); ferr == nil {
+			s.mu.Lock()
+			if s.closed {
+				s.mu.Unlock()
+				_ = fresh.Close()
+				return store.ErrClosed
+			}
+			old := s.cur.Swap(&conn{fresh})
+			s.mu.Unlock()
+			_ = old.c.Close() // calls still on it fail and are answered per -fail
+			return nil
+		}
+		_ = fresh.Close()
+	}
+	return fmt.Errorf("redisstore: %w", err)
+}
+
+// Name implements store.Store.
+func (s *Store) Name() string { return "redis" }
+
+// Close closes the client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.client().Close()
+}
+
+// SetLogger sends go-redis's own log lines to l instead of the standard
+// logger's plain text: failed dials at Debug level (a store.Breaker already
+// logs the outage once, and a probe's dial would add lines every probe),
+// everything else at Warn. It sets go-redis's process-wide logger: call it
+// once, from main.
+func SetLogger(l *slog.Logger) { redis.SetLogger(slogAdapter{l}) }
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Printf(ctx context.Context, format string, v ...any) {
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "failed to dial") {
+		level = slog.LevelDebug
+	}
+	a.l.Log(ctx, level, "go-redis: "+msg, "store", "redis")
+}

@@ -1,0 +1,124 @@
+package redisstore_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store"
+)
+
+// stallProxy forwards TCP to Redis; while stalled it holds back Redis's
+// replies, so a call times out after Redis has already run it.
+type stallProxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	stalled bool
+	resume  chan struct{}
+	wg      sync.WaitGroup
+	conns   []net.Conn
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &stallProxy{ln: ln, target: target, resume: make(chan struct{})}
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(s, c); _ = s.Close() })
+			p.wg.Go(func() {
+				buf := make([]byte, 4096)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 {
+						p.mu.Lock()
+						stalled, resume := p.stalled, p.resume
+						p.mu.Unlock()
+						if stalled {
+							<-resume
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = c.Close()
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		p.setStalled(false)
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *stallProxy) setStalled(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled && !on {
+		close(p.resume)
+		p.resume = make(chan struct{})
+	}
+	p.stalled = on
+}
+
+// A decision whose reply times out is not replayed: Redis charged it once,
+// and the store reports an error rather than charging again.
+func TestRedisNoReplayAfterTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	proxy := newStallProxy(t, srv.Addr())
+	viaProxy := open(t, "redis://"+proxy.ln.Addr().String()+"/0")
+	direct := open(t, srv.URL())
+	ctx := context.Background()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 10}
+
+	_, err := viaProxy.Allow(ctx, "once", 1, p) // loads the script, warms the connection
+	require.NoError(t, err)
+	proxy.setStalled(true)
+	// No ctx deadline: the client's own read timeout fires, the case where
+	// go-redis would retry (and so replay) unless retries are off.
+	start := time.Now()
+	_, err = viaProxy.Allow(ctx, "once", 1, p)
+	require.Error(t, err, "the reply was held back past the read timeout")
+	assert.Less(t, time.Since(start), 2*redisstore.DefaultTimeout, "one attempt, not several")
+	proxy.setStalled(false)
+
+	// Two charges so far (the first call and the timed-out one Redis ran);
+	// a replay would make it three. Ask with cost 8: allowed only if exactly
+	// two were charged.
+	r, err := direct.Allow(ctx, "once", 8, p)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed, "exactly 2 of 10 tokens were spent")
+	assert.InDelta(t, 0, r.Remaining, 0.01)
+}

@@ -1,0 +1,74 @@
+package service_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/store"
+)
+
+func TestParseLimits(t *testing.T) {
+	got, err := service.ParseLimits(" tenant-a=100:200 , tenant-b=5:5,c=0.5:1,d=2.5,k=v=1:1")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]store.Policy{
+		"tenant-a": {Name: "tenant-a", Rate: 100, Burst: 200},
+		"tenant-b": {Name: "tenant-b", Rate: 5, Burst: 5},
+		"c":        {Name: "c", Rate: 0.5, Burst: 1},
+		"d":        {Name: "d", Rate: 2.5, Burst: 3},
+		"k=v":      {Name: "k=v", Rate: 1, Burst: 1},
+	}, got)
+	got, err = service.ParseLimits("")
+	require.NoError(t, err)
+	assert.Empty(t, got)
+	got, err = service.ParseLimits(`"q"=1:1`)
+	require.NoError(t, err)
+	assert.Equal(t, "limit-1", got[`"q"`].Name, "a name that is not a plain sf-string")
+}
+
+func TestParseLimitsErrorsNameTheEntry(t *testing.T) {
+	for in, want := range map[string]string{
+		"a=1:1,b":                         `entry 2 "b": want KEY=RATE:BURST`,
+		"a=1:1,,b=1:1":                    `entry 2 "": empty entry`,
+		"a=1:1,":                          `entry 2 "": empty entry`,
+		"=1:1":                            `entry 1 "=1:1": empty key`,
+		"a=x:1":                           `rate "x" is not a number`,
+		"a=1:x":                           `burst "x" is not a whole number`,
+		"a=1:1.5":                         `burst "1.5"`,
+		"a=0:1":                           `rate 0`,
+		"a=-1:1":                          `rate -1`,
+		"a=NaN:1":                         `rate NaN`,
+		"a=1:0":                           `burst 0`,
+		"a=1:1,a=2:2":                     `key "a" is already limited`,
+		"a=1e-9:100":                      `over the`,
+		strings.Repeat("k", 257) + "=1:1": "257 bytes",
+	} {
+		_, err := service.ParseLimits(in)
+		if assert.Error(t, err, in) {
+			assert.Contains(t, err.Error(), want, in)
+		}
+	}
+}
+
+// FuzzParseLimits: never panics; whatever it accepts is usable.
+func FuzzParseLimits(f *testing.F) {
+	for _, s := range []string{"", "a=1:1", "tenant-a=100:200,tenant-b=5:5", "a=0.5", "a=1:1,", "=", "a=1e308:1", "a=1:9223372036854775807", "a==1:1", " , "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		limits, err := service.ParseLimits(s)
+		if err != nil {
+			assert.Contains(t, err.Error(), "-limits entry")
+			return
+		}
+		for k, p := range limits {
+			require.NotEmpty(t, k)
+			require.LessOrEqual(t, len(k), service.MaxKeyLen)
+			require.NoError(t, p.Validate(), "key %q", k)
+			require.NotEmpty(t, p.Name)
+		}
+	})
+}

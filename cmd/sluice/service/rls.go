@@ -1,0 +1,191 @@
+package service
+
+import (
+	"context"
+	"math"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/store"
+)
+
+// RegisterRateLimitService registers s on g as Envoy's
+// envoy.service.ratelimit.v3.RateLimitService, the gRPC service Envoy's
+// global rate-limit filter calls (ShouldRateLimit). Decisions go through the
+// same store, metrics, shadow and fail modes as /allow.
+//
+// A request names a domain and a list of descriptors; each descriptor is
+// matched against the rules (Config.Rules) and decided on its own, spending
+// its cost from its rule's bucket even when another descriptor of the same
+// request is over its limit (as envoyproxy/ratelimit does). The response
+// is OVER_LIMIT when any descriptor is. Per descriptor:
+//   - no matching rule: OK, nothing counted, no current_limit;
+//   - an unlimited rule: OK, limit_remaining 2³²−1, no bucket (counted as
+//     allowed in the metrics);
+//   - requests_per_unit 0: OVER_LIMIT, counted as denied;
+//   - otherwise the GCRA decision for cost hits_addend (the descriptor's own
+//     when set, else the request's; 0 means 1): current_limit, and
+//     limit_remaining (whole tokens left); duration_until_reset is, when
+//     allowed, the time until the bucket is full again and, when over the
+//     limit, the time until the same request would be allowed.
+//
+// A shadow_mode rule answers OK where it would deny (counted as
+// shadow_denied); the global shadow mode (Config.Shadow) leaves each
+// descriptor's status as decided and answers the request as a whole OK. When
+// the store fails, a descriptor is OK under fail-open, OVER_LIMIT (retry in
+// 1 s) under fail-closed. A descriptor's limit override (the "limit" field
+// Envoy fills from its route config) replaces the rule, as in
+// envoyproxy/ratelimit, and is never in shadow mode; its buckets are apart
+// from the rules' (see rules.BucketKey). At most Config.MaxOverrides
+// distinct overrides get buckets; past that, a new one is answered as if
+// the descriptor carried none (see DefaultMaxOverrides).
+//
+// An empty domain, no descriptors, a descriptor without entries, a
+// per-descriptor hits_addend of 0 (check without spending: not supported)
+// and an override with an unknown unit are refused with InvalidArgument.
+func (s *Server) RegisterRateLimitService(g grpc.ServiceRegistrar) {
+	rlsv3.RegisterRateLimitServiceServer(g, &rateLimitService{s: s})
+}
+
+type rateLimitService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s *Server
+}
+
+var unlimitedStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
+	Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32,
+}
+
+// ShouldRateLimit implements rlsv3.RateLimitServiceServer.
+func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	s := g.s
+	domain, descs := req.GetDomain(), req.GetDescriptors()
+	if domain == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	rs := s.rules.Load()
+	var cfg *rules.Config
+	if rs != nil {
+		cfg = rs.cfg
+	}
+	resp := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
+	}
+	// Check every descriptor before deciding any, so that a request refused
+	// for its last descriptor has spent nothing for its first.
+	for i, d := range descs {
+		if err := g.check(i, d); err != nil {
+			return nil, err
+		}
+	}
+	for i, d := range descs {
+		entries := d.GetEntries()
+		cost := uint64(max(1, req.GetHitsAddend()))
+		if h := d.GetHitsAddend(); h != nil {
+			cost = h.GetValue()
+		}
+		var e *ruleEntry
+		if o := d.GetLimit(); o != nil {
+			e = g.override(overrideOf(o))
+		}
+		if e == nil { // no override, or one past -max-overrides
+			if r := rules.Match(cfg, domain, entries); r != nil {
+				e = &rs.entries[r.Index]
+			}
+		}
+		st, err := g.decide(ctx, domain, entries, cost, e)
+		if err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		resp.Statuses[i] = st
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	if s.cfg.Shadow {
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+	}
+	return resp, nil
+}
+
+// check refuses descriptor i of a request if it has no entries, a
+// hits_addend of 0, or a limit override that cannot be a policy.
+func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor) error {
+	if len(d.GetEntries()) == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+	}
+	if h := d.GetHitsAddend(); h != nil && h.GetValue() == 0 {
+		return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
+	}
+	if o := d.GetLimit(); o != nil {
+		if err := g.s.overrides.check(o); err != nil {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
+		}
+	}
+	return nil
+}
+
+// decide answers one descriptor of domain matched to e (nil: no rule).
+func (g *rateLimitService) decide(ctx context.Context, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+	s := g.s
+	switch {
+	case e == nil:
+		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+	case e.rule.Unlimited:
+		s.tally(&e.policyEntry, store.Result{Allowed: true}, false) // counted, no bucket
+		return unlimitedStatus, nil
+	}
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}
+	shadow := s.cfg.Shadow || e.rule.Shadow
+	var v verdict
+	asked := e.limited && cost <= uint64(e.p.Burst)
+	if asked {
+		var err error
+		r := e.rule
+		if r.Override { // one entry serves every domain: name this one
+			o := *r
+			o.Domain = domain
+			r = &o
+		}
+		v, err = s.decide(ctx, rules.BucketKey(rules.RLS, r, entries), int64(cost), &e.policyEntry, shadow)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		// requests_per_unit 0, or a cost that can never be allowed: over
+		// the limit without asking the store, and no time would change it
+		// (so no duration_until_reset).
+		v = s.tally(&e.policyEntry, store.Result{}, shadow)
+	}
+	// Only a shadow_mode rule turns its own status OK; the global shadow
+	// mode answers OK for the request as a whole (ShouldRateLimit).
+	st.Code = rlsv3.RateLimitResponse_OK
+	if !v.allowed || (v.shadowDenied && !e.rule.Shadow) {
+		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	switch {
+	case v.degraded:
+		if !v.allowed {
+			st.DurationUntilReset = durationpb.New(time.Second)
+		}
+	case asked:
+		st.LimitRemaining = uint32(min(math.Floor(max(v.res.Remaining, 0)), math.MaxUint32))
+		d := v.res.ResetAfter
+		if !v.res.Allowed {
+			d = v.res.RetryAfter
+		}
+		st.DurationUntilReset = durationpb.New(d)
+	}
+	return st, nil
+}

@@ -1,0 +1,358 @@
+// Package rules reads rate-limit rules in the YAML format of
+// envoyproxy/ratelimit and matches Envoy rate-limit descriptors against them.
+//
+// A file holds one or more YAML documents, each naming a domain and a tree of
+// descriptors:
+//
+//	domain: messaging
+//	descriptors:
+//	  - key: message_type
+//	    value: marketing
+//	    descriptors:
+//	      - key: to_number
+//	        rate_limit: {unit: day, requests_per_unit: 5}
+//	  - key: to_number
+//	    rate_limit: {unit: day, requests_per_unit: 100}
+//
+// A request descriptor is a list of (key, value) entries. Its i-th entry is
+// looked up among the i-th level of the tree: first a rule with that key and
+// that exact value, then one whose value is a pattern with '*' wildcards
+// (the first in file order), then one with the key and no value (it matches
+// every value). The descriptor matches the node its last entry reaches, if
+// that node has a rate_limit; a descriptor with more or fewer entries than
+// the path to a rule does not match it. There is no backtracking: once an
+// entry matched by value, a failure further down does not retry the
+// key-only branch (as in envoyproxy/ratelimit).
+//
+// A Config is immutable once loaded and safe for concurrent use.
+package rules
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-go/sluice/store"
+)
+
+// Unit is the period of a rule's requests_per_unit, as written in the file.
+type Unit string
+
+// The units envoyproxy/ratelimit knows. Year is refused at load: a bucket
+// that refills over a year is beyond the stores' tolerance (store.MaxTolerance).
+const (
+	Second Unit = "second"
+	Minute Unit = "minute"
+	Hour   Unit = "hour"
+	Day    Unit = "day"
+	Week   Unit = "week"
+	Month  Unit = "month" // 30 days, as envoyproxy/ratelimit counts it
+	Year   Unit = "year"  // 365 days
+)
+
+var unitLength = map[Unit]time.Duration{
+	Second: time.Second,
+	Minute: time.Minute,
+	Hour:   time.Hour,
+	Day:    24 * time.Hour,
+	Week:   7 * 24 * time.Hour,
+	Month:  30 * 24 * time.Hour,
+	Year:   365 * 24 * time.Hour,
+}
+
+// Duration is the length of one unit.
+func (u Unit) Duration() time.Duration { return unitLength[u] }
+
+// Level is one step of the path from a domain to a rule.
+type Level struct {
+	Key string
+	// Value is the value the entry must have; "" matches every value; a
+	// value with '*' is a pattern in which each '*' matches any run of bytes.
+	Value string
+	// Share makes every value a pattern matches count against one bucket
+	// (share_threshold); otherwise each distinct value has its own.
+	Share bool
+}
+
+// Rule is a descriptor with a rate_limit block.
+type Rule struct {
+	Domain string
+	Path   []Level // from the top level down to this rule
+	// Name labels the rule in metrics: rate_limit.name when given, else
+	// the domain and path ("messaging.message_type_marketing.to_number").
+	Name            string
+	RequestsPerUnit uint32
+	Unit            Unit // "" when Unlimited
+	Unlimited       bool // always allowed, never counted
+	Shadow          bool // shadow_mode: decided and counted, never denied
+	Line            int  // where the rule starts in its file
+	Index           int  // position in Config.Rules
+	// Override marks a rule made for an Envoy limit override rather than
+	// read from a file: its buckets never share a key with a file's rule
+	// (see BucketKey).
+	Override bool
+}
+
+// Policy is the GCRA policy of a limited rule: RequestsPerUnit tokens refill
+// evenly over one Unit (rate = requests_per_unit / unit), in a bucket that
+// holds RequestsPerUnit (burst). ok is false for an unlimited rule and for
+// requests_per_unit 0, which denies everything and needs no bucket.
+func (r *Rule) Policy() (p store.Policy, ok bool) {
+	if r.Unlimited || r.RequestsPerUnit == 0 {
+		return store.Policy{}, false
+	}
+	n := int64(r.RequestsPerUnit)
+	return store.Policy{Name: r.Name, Rate: float64(n) / r.Unit.Duration().Seconds(), Burst: n}, true
+}
+
+// Config is a loaded rules file.
+type Config struct {
+	File    string
+	Rules   []*Rule
+	domains map[string]level
+}
+
+// Domains reports the domains the file configures, in file order.
+func (c *Config) Domains() []string {
+	var ds []string
+	seen := map[string]bool{}
+	for _, r := range c.Rules {
+		if !seen[r.Domain] {
+			seen[r.Domain] = true
+			ds = append(ds, r.Domain)
+		}
+	}
+	return ds
+}
+
+// level is the descriptors of one nesting level, by key.
+type level map[string]*keyed
+
+// keyed is every descriptor of one level with one key.
+type keyed struct {
+	exact map[string]*node // by value
+	wild  []wildcard       // in file order
+	any   *node            // no value
+}
+
+type wildcard struct {
+	parts []string // the pattern split at '*'
+	n     *node
+}
+
+type node struct {
+	rule     *Rule // nil for a placeholder with only nested descriptors
+	children level
+}
+
+func (w wildcard) match(v string) bool {
+	first, last := w.parts[0], w.parts[len(w.parts)-1]
+	if len(v) < len(first)+len(last) || !strings.HasPrefix(v, first) || !strings.HasSuffix(v, last) {
+		return false
+	}
+	v = v[len(first) : len(v)-len(last)]
+	for _, p := range w.parts[1 : len(w.parts)-1] {
+		i := strings.Index(v, p)
+		if i < 0 {
+			return false
+		}
+		v = v[i+len(p):]
+	}
+	return true
+}
+
+// Entry is one (key, value) of a descriptor. The Envoy generated type
+// (*ratelimitv3.RateLimitDescriptor_Entry) satisfies it.
+type Entry interface {
+	GetKey() string
+	GetValue() string
+}
+
+// KV is a plain Entry.
+type KV struct{ Key, Value string }
+
+// GetKey returns kv.Key.
+func (kv KV) GetKey() string { return kv.Key }
+
+// GetValue returns kv.Value.
+func (kv KV) GetValue() string { return kv.Value }
+
+// Match returns the rule for a descriptor of domain, or nil when none
+// applies (an unknown domain, an unmatched entry, or a path that ends on a
+// node without rate_limit). A nil Config matches nothing. It does not
+// allocate.
+func Match[E Entry](c *Config, domain string, entries []E) *Rule {
+	if c == nil || len(entries) == 0 {
+		return nil
+	}
+	cur, ok := c.domains[domain]
+	if !ok {
+		return nil
+	}
+	var n *node
+	for _, e := range entries {
+		k := cur[e.GetKey()]
+		if k == nil {
+			return nil
+		}
+		v := e.GetValue()
+		n = k.exact[v]
+		if n == nil {
+			for _, w := range k.wild {
+				if w.match(v) {
+					n = w.n
+					break
+				}
+			}
+		}
+		if n == nil {
+			n = k.any
+		}
+		if n == nil {
+			return nil
+		}
+		cur = n.children
+	}
+	return n.rule
+}
+
+// MaxBucketKeyLen is the longest key BucketKey returns: longer keys are
+// replaced by a digest so every store (the shm store holds 256 bytes) can
+// keep them.
+const MaxBucketKeyLen = 256
+
+// API names the front end a bucket key is made for. The buckets of
+// different APIs never share a key, even for the same domain and rule.
+type API string
+
+// The APIs of sluice serve.
+const (
+	RLS   API = "rls"   // Envoy's ShouldRateLimit (gRPC)
+	Allow API = "allow" // the HTTP /allow, for keys that match a rule of its domain
+)
+
+// BucketKey is the store key of the bucket a descriptor matched by r counts
+// against when api asks: the API, the domain, each entry's key and value
+// (a shared wildcard's pattern instead of the value), and r's limit, as in
+// "rls:edge|remote_address=198.51.100.7|20/second". Two descriptors share a
+// bucket exactly when their keys are equal; a rule whose limit changes on
+// reload starts a new bucket (full), one whose limit stays keeps its state.
+//
+// The encoding is injective: '%', '|', '=' and '*' in the domain, keys and
+// values are percent-encoded (a shared pattern keeps its '*'), so no
+// descriptor of one API, domain or rule can produce the key of another. An
+// Override rule's limit is written "override:N/unit", so its buckets are
+// apart from those of a rule with the same limit. Keys of MaxBucketKeyLen
+// bytes and more are replaced by the API, '#' and the SHA-256 digest of the
+// whole key in hex ("rls#…", 68 bytes).
+func BucketKey[E Entry](api API, r *Rule, entries []E) string {
+	var b strings.Builder
+	b.Grow(64)
+	b.WriteString(string(api))
+	b.WriteByte(':')
+	escape(&b, r.Domain, "%|=*")
+	for i, e := range entries {
+		b.WriteByte('|')
+		escape(&b, e.GetKey(), "%|=*")
+		b.WriteByte('=')
+		if i < len(r.Path) && r.Path[i].Share {
+			escape(&b, r.Path[i].Value, "%|=")
+		} else {
+			escape(&b, e.GetValue(), "%|=*")
+		}
+	}
+	b.WriteByte('|')
+	if r.Override {
+		b.WriteString("override:")
+	}
+	b.WriteString(strconv.FormatUint(uint64(r.RequestsPerUnit), 10))
+	b.WriteByte('/')
+	b.WriteString(string(r.Unit))
+	if b.Len() < MaxBucketKeyLen {
+		return b.String()
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return string(api) + "#" + hex.EncodeToString(sum[:])
+}
+
+// escape writes s with the bytes in special percent-encoded.
+func escape(b *strings.Builder, s, special string) {
+	if !strings.ContainsAny(s, special) {
+		b.WriteString(s)
+		return
+	}
+	const hexDigits = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if strings.IndexByte(special, c) >= 0 {
+			b.WriteByte('%')
+			b.WriteByte(hexDigits[c>>4])
+			b.WriteByte(hexDigits[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+}
+
+// Error is a problem in a rules file, with the line and the field at fault.
+type Error struct {
+	File  string
+	Line  int    // 1-based; 0 when the whole file is at fault
+	Field string // for example "descriptors[1].rate_limit.unit"
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(e.Line))
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// MaxFileSize is the largest rules file Load and Parse take, in bytes
+// (8 MiB). A rules file of a few thousand rules is a few hundred KiB; the cap
+// keeps a runaway generator or a wrong path (a log, a core dump) from costing
+// the server seconds of CPU and gigabytes of memory in the parser: the
+// YAML decoder holds a node of about 100 bytes for every scalar.
+const MaxFileSize = 8 << 20
+
+// tooBig is the refusal of a file over MaxFileSize.
+func tooBig(file string) error {
+	return &Error{File: file, Msg: fmt.Sprintf("file is over the %d MiB maximum (%d bytes)", MaxFileSize>>20, MaxFileSize)}
+}
+
+// Load reads and parses the rules file at path. Every error is an *Error
+// naming the file, or wraps the error that kept the file from being read. A
+// file over MaxFileSize is refused without reading more than MaxFileSize+1
+// bytes of it.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	defer f.Close()
+	// Why read through a limit rather than trust Stat's size alone: the
+	// file may grow between the two, or be a pipe or device with no size.
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, tooBig(path)
+	}
+	return Parse(path, data)
+}

@@ -1,0 +1,362 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/limitresponse"
+	"github.com/sluice-go/sluice/store"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxBodyBytes = 4 << 10
+	DefaultStoreTimeout = 250 * time.Millisecond
+	DefaultBodyTimeout  = 10 * time.Second
+)
+
+// Config configures a Server. Store and Default are required.
+type Config struct {
+	Store   store.Store
+	Default store.Policy            // for keys not in Limits; Name defaults to "default"
+	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns
+	// Shadow makes the server decide and count but answer every decision as
+	// allowed (the response carries "shadow_denied":true where it would deny).
+	Shadow bool
+	// FailOpen answers allowed when the store fails; otherwise such requests
+	// are denied (429 with Retry-After: 1). Either way the body says
+	// "degraded" and the error is counted. Wrap a store that waits on the
+	// network in store.NewBreaker (as `sluice serve` does) so that answering
+	// per FailOpen during an outage takes microseconds, not StoreTimeout.
+	FailOpen bool
+	// StoreTimeout bounds one store call (default DefaultStoreTimeout).
+	StoreTimeout time.Duration
+	// MaxBodyBytes caps a POST body (default DefaultMaxBodyBytes); larger
+	// bodies get 413.
+	MaxBodyBytes int64
+	// BodyTimeout bounds reading a POST body (default DefaultBodyTimeout): a
+	// client that sends its body slowly gets 400 when it passes, so it
+	// cannot hold a connection by dripping bytes. Only requests with a body
+	// pay for this deadline, so the http.Server needs no ReadTimeout (which
+	// arms a timer for every request). It is set through
+	// http.ResponseController; a ResponseWriter that cannot set deadlines
+	// leaves the body to the server's own limits.
+	BodyTimeout time.Duration
+	Logger      *slog.Logger         // default slog.Default()
+	Registry    *prometheus.Registry // default NewRegistry()
+	// Rules are envoyproxy/ratelimit rules (package rules) for Envoy's
+	// ShouldRateLimit and for /allow (see HTTPDomain); nil means none.
+	// SetRules and ReloadRules replace them while serving.
+	Rules *rules.Config
+	// MaxOverrides caps the distinct Envoy limit overrides (requests_per_unit
+	// and unit) that get buckets (default DefaultMaxOverrides; negative:
+	// none). A process keeps the first it sees; a new one past the cap is
+	// answered as if the descriptor carried no override, counted in
+	// sluice_override_over_cap_total and logged at most once a minute.
+	MaxOverrides int
+	// HTTPDomain is the rules domain in which /allow?key=K is looked up, as
+	// the descriptor [("key", K)] (default DefaultHTTPDomain). A key that
+	// matches no rule there is limited by Limits or Default as without rules.
+	HTTPDomain string
+}
+
+// Server answers /allow, /stats, /healthz and /metrics, and Envoy's
+// ShouldRateLimit once registered (RegisterRateLimitService). Create it with New;
+// it is safe for concurrent use. It does not own the store: closing it is the
+// caller's business.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+
+	def      policyEntry
+	byKey    map[string]*policyEntry // read-only after New
+	storeLat prometheus.Observer
+	storeErr prometheus.Counter
+
+	inProcess bool // the store never waits: no per-call timeout needed
+
+	// What /stats and Stats report; see Stats.
+	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
+	storeDown                                         atomic.Bool // for logging transitions only
+
+	rules       atomic.Pointer[ruleSet] // nil: no rules
+	ruleMetrics ruleMetrics
+	overrides   overrides // Envoy limit overrides with buckets
+}
+
+type policyEntry struct {
+	p        store.Policy
+	counters *policyCounters
+	resp     *limitresponse.Policy // headers and body, shared with httplimit
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("service: Config.Store is nil")
+	}
+	if cfg.Default.Name == "" {
+		cfg.Default.Name = "default"
+	}
+	if err := cfg.Default.Validate(); err != nil {
+		return nil, fmt.Errorf("service: default policy: %w", err)
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = DefaultStoreTimeout
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	switch {
+	case cfg.MaxOverrides == 0:
+		cfg.MaxOverrides = DefaultMaxOverrides
+	case cfg.MaxOverrides < 0:
+		cfg.MaxOverrides = 0
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
+	s.def = s.entry(cfg.Default)
+	for k, p := range cfg.Limits {
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
+		}
+		if p.Name == "" {
+			p.Name = policyName(k, 0)
+		}
+		e := s.entry(p)
+		s.byKey[k] = &e
+	}
+	s.initOverrides()
+	if err := s.initRules(); err != nil {
+		return nil, err
+	}
+	_, s.inProcess = cfg.Store.(store.InProcess)
+	if r, ok := cfg.Store.(EvictionReporter); ok {
+		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
+	}
+	if r, ok := cfg.Store.(SlotReporter); ok {
+		cfg.Registry.MustRegister(newSlotCollector(r, s.policyList()))
+	}
+	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
+	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
+
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("/allow", s.handleAllow)
+	s.mux.HandleFunc("/stats", s.handleStats)
+	s.mux.HandleFunc("/healthz", s.handleHealthz)
+	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
+	})
+	return s, nil
+}
+
+func (s *Server) entry(p store.Policy) policyEntry {
+	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Why /allow skips the mux: it is nearly every request, its exact path
+	// routes to the handler the mux would pick anyway, and matching the
+	// mux's patterns was about 2% of the server's CPU at the peak.
+	if r.URL.Path == "/allow" {
+		s.handleAllow(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) policy(key string) *policyEntry {
+	if e, ok := s.byKey[key]; ok {
+		return e
+	}
+	return &s.def
+}
+
+func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
+	var a allowArgs
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		if status, err := s.readBody(w, r, &a); err != nil {
+			s.fail(w, status, "%v", err)
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed on /allow: use GET or POST", r.Method)
+		return
+	}
+	if err := parseAllowQuery(r.URL.RawQuery, &a); err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if err := a.validate(); err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if s.allowByRule(w, r, &a) {
+		return
+	}
+	e := s.policy(a.key)
+	if a.n > e.p.Burst {
+		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of policy %q: it can never be allowed", a.n, e.p.Burst, e.p.Name)
+		return
+	}
+
+	v, err := s.decide(r.Context(), allowKey(a.key), a.n, e, s.cfg.Shadow)
+	s.answer(w, e, v, err)
+}
+
+// readBody reads a POST body (capped) and takes key and n from it when it is
+// a form. It returns the HTTP status for an error.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) (int, error) {
+	if r.ContentLength != 0 { // unknown (-1) or some: a body is coming
+		// An error means w cannot set deadlines (a test's recorder, or a
+		// wrapper without Unwrap): then the server's own limits apply.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", tooBig.Limit)
+		}
+		return http.StatusBadRequest, fmt.Errorf("reading body: %v", err)
+	}
+	if len(body) == 0 {
+		return 0, nil
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "application/x-www-form-urlencoded" {
+		return http.StatusUnsupportedMediaType, fmt.Errorf("body of type %q: send key and n in the query or as application/x-www-form-urlencoded", ct)
+	}
+	if err := parseAllowQuery(string(body), a); err != nil {
+		return http.StatusBadRequest, err
+	}
+	return 0, nil
+}
+
+// writeDegraded answers a request the store could not decide, per FailOpen.
+func (s *Server) writeDegraded(w http.ResponseWriter, e *policyEntry) {
+	e.resp.WriteDegraded(w, s.cfg.FailOpen)
+}
+
+func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
+	e.resp.WriteDecision(w, res, shadowDenied)
+}
+
+// fail writes a JSON error {"error": "..."} with status. Nothing is counted
+// but the refusal itself.
+func (s *Server) fail(w http.ResponseWriter, status int, format string, args ...any) {
+	s.metrics.badRequests.WithLabelValues(strconv.Itoa(status)).Inc()
+	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func (s *Server) handleStats(w http.ResponseWriter, r *http.Request) {
+	if !s.getOnly(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	keys, err := s.cfg.Store.Keys(ctx)
+	st := s.Stats()
+	out := struct {
+		Keys         int64  `json:"keys"`
+		Allowed      int64  `json:"allowed_total"`
+		Denied       int64  `json:"denied_total"`
+		ShadowDenied int64  `json:"shadow_denied_total"`
+		Degraded     int64  `json:"degraded_total"`
+		Canceled     int64  `json:"canceled_total"`
+		StoreError   string `json:"store_error,omitempty"`
+		// Policies: per policy, evictions and contended decisions, and
+		// the slots' health, for stores that can loosen under pressure
+		// (shm).
+		Policies map[string]PolicyEvictions `json:"policies,omitempty"`
+	}{keys, st.Allowed, st.Denied, st.ShadowDenied, st.Degraded, st.Canceled, "", s.evictionStats()}
+	if err != nil {
+		out.Keys, out.StoreError = -1, err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// Stats counts what a Server has answered to /allow (and, one per
+// descriptor with a rule, to ShouldRateLimit) since New, the same
+// split as the sluice_decisions_total metric.
+type Stats struct {
+	Allowed      int64 // the store allowed
+	Denied       int64 // the store denied (not counting ShadowDenied)
+	ShadowDenied int64 // the store denied; answered allowed because of Shadow
+	Degraded     int64 // no decision (store error); answered per FailOpen
+	Canceled     int64 // the caller gave up before the store answered
+}
+
+// Stats returns the counts so far.
+func (s *Server) Stats() Stats {
+	return Stats{Allowed: s.allowed.Load(), Denied: s.denied.Load(), ShadowDenied: s.shadowDenied.Load(),
+		Degraded: s.degraded.Load(), Canceled: s.canceled.Load()}
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	if !s.getOnly(w, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.StoreTimeout)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		mode := "closed"
+		if s.cfg.FailOpen {
+			mode = "open"
+		}
+		if !errors.Is(err, store.ErrDown) { // a Breaker's error names the store already
+			err = fmt.Errorf("%w (%s): %w", store.ErrDown, s.cfg.Store.Name(), err)
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "%v; failing %s\n", err, mode)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (s *Server) getOnly(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed on %s: use GET", r.Method, r.URL.Path)
+	return false
+}

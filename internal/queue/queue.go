@@ -1,0 +1,586 @@
+// Package queue is the one parking core of Sluice: a count of free units and
+// the callers waiting for them, served in strict FIFO order with direct
+// hand-off. semaphore.Semaphore, ticker.Ticker and ratelimiter.Limiter are
+// built on it.
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluice-go/sluice/internal/waitq"
+	"github.com/sluice-go/sluice/sched"
+)
+
+// A Queue is the core of a Semaphore without its fixed size: a count of
+// free units and the callers waiting for them, served in strict FIFO order
+// with direct hand-off. It is the one parking core of Sluice: a Semaphore is
+// a Queue whose units are permits given back by Release; ticker.Ticker and
+// ratelimiter.Limiter are Queues whose units a Source produces over time
+// (boundaries of a grid, tokens of a bucket).
+//
+// Everything about waiting is the Queue's and is written once here: the
+// two-phase park (bind the caller, then publish it), the hand-off of units
+// to the head under the queue's lock, cancellation (a waiter leaves from
+// anywhere in the queue, and its leaving may let those behind it go), the
+// hand-back (a caller whose ctx ended before Acquire returned gives its
+// grant back), and Close. An owner keeps only its own accounting, in its
+// Source.
+//
+// A Queue is safe for use by many goroutines and fibers at once. The zero
+// value is an empty queue with no free units and no Source.
+type Queue struct {
+	src    Source
+	settle Settler // src, when it is a Settler; else nil
+	reason string  // what a parked caller waits for, in a sched.DeadlockError
+
+	mu     sync.Mutex                   // guards the fields below and the Source's state
+	avail  int64                        // free units
+	queue  waitq.Queue[waiter, *waiter] // FIFO of parked callers
+	closed error                        // set once by Close; nil while open
+}
+
+// A Source produces a Queue's units lazily, from its clock: nothing ticks
+// while nobody looks. Every method but Now is called with the queue's lock
+// held, which also guards the Source's own state; they must not block.
+type Source interface {
+	// Now reads the source's clock. The queue calls it before taking its
+	// lock, so that a clock read (tens of nanoseconds on some machines) is
+	// never part of the critical section; a reading that is stale by the
+	// time the lock is held must do no harm.
+	Now() time.Time
+	// Fill returns avail brought up to date at now: what the source has
+	// produced since it last gave units, added. want is the number of units
+	// about to be asked for (a caller's n, the head waiter's n; 0 when only
+	// looking); waiting reports whether anyone waits.
+	Fill(now time.Time, avail, want int64, waiting bool) int64
+	// Demand tells the source how many more units than avail the head of
+	// the queue needs (0: nobody waits). A source arms its timer for the
+	// instant they will be there, and disarms it at 0: a timer runs only
+	// while someone waits.
+	Demand(now time.Time, need int64)
+	// Until returns how long from now until n units are free if nobody
+	// else waited, or a negative duration if they never will be. Acquire
+	// fails at once, with an error matching context.DeadlineExceeded, when
+	// that is past ctx's deadline; a Source whose waits should last until
+	// the deadline whatever happens returns 0.
+	Until(now time.Time, avail, n int64) time.Duration
+	// Take is told of a grant of n units and returns a mark that Acquire
+	// reports to its caller (a ticker's boundary).
+	Take(n int64) (mark int64)
+	// Return is told that n units of a grant with that mark, made at
+	// granted, came back at now: its caller's ctx ended before Acquire
+	// returned, or (a grant of what the head had collected, made and
+	// handed back at once) the head left the queue without its grant. It
+	// returns the free units then, avail being those without the n,
+	// brought up to date at now by Fill: avail + n when every unit is worth
+	// as much as when it was granted; less when the Source cannot hold
+	// them all (a bucket keeps at most its burst, and a grant handed back
+	// later is worth less by what it accrued meanwhile).
+	Return(now, granted time.Time, avail, n, mark int64) int64
+}
+
+// A Settler is a Source that can keep its state, and the queue's free
+// units, outside the queue's lock while nobody waits: in a word of its own
+// that its owner updates lock-free (a rate limiter's one-CAS path for a
+// token that is there). Such a Source must bring that state back under the
+// lock by itself, in whichever of its methods the queue calls first in an
+// operation, adding it to the avail it is given (the queue's units are
+// additive, so what the queue holds meanwhile stays its own).
+//
+// Settle is called with the lock held at the end of an operation that
+// leaves the queue open with nobody waiting. It returns the free units the
+// queue keeps: 0 when the source took them all into its word, avail when
+// it keeps the state under the lock. Between a Settle that returned 0 and
+// the next locked call the queue's units are the source's, so a fast path
+// outside the lock may decide only while the source holds them: never while
+// anyone waits or after Close, and nobody is passed.
+type Settler interface {
+	Source
+	Settle(now time.Time, avail int64) int64
+}
+
+// New returns a queue with avail free units, fed by src (nil for none:
+// units then come only from Release). reason names the wait in a
+// sched.DeadlockError, for example "ratelimiter.Acquire".
+func New(reason string, avail int64, src Source) *Queue {
+	q := &Queue{}
+	q.Init(reason, avail, src)
+	return q
+}
+
+// Init sets up a zero Queue as New does, for an owner that holds its Queue
+// by value (one allocation and one pointer fewer on every call).
+func (q *Queue) Init(reason string, avail int64, src Source) {
+	q.reason, q.avail, q.src = reason, avail, src
+	q.settle, _ = src.(Settler)
+}
+
+// TakeFree takes n units if they are free and nobody waits, for a queue
+// without a Source (a semaphore's): no clock, no refill, no settling. Why
+// apart from TryAcquire: it is small enough to inline into its caller's
+// fast path, which Acquire, with its parking, is not.
+func (q *Queue) TakeFree(n int64) bool {
+	q.mu.Lock()
+	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
+	if ok {
+		q.avail -= n
+	}
+	q.mu.Unlock()
+	return ok
+}
+
+// ReleaseUpTo is Release for an owner whose free units never exceed max (a
+// semaphore's size): when n would take them past max it adds nothing and
+// returns false with the units held (max less the free ones).
+func (q *Queue) ReleaseUpTo(n, max int64) (held int64, ok bool) {
+	now := q.now()
+	q.mu.Lock()
+	if q.avail+n > max || q.avail+n < q.avail {
+		held = max - q.avail
+		q.mu.Unlock()
+		return held, false
+	}
+	q.avail += n
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
+	}
+	q.mu.Unlock()
+	return 0, true
+}
+
+// settleLocked lets a Settler take the state back into its own word at the
+// end of an operation that leaves nobody waiting on an open queue. q.mu is
+// held.
+func (q *Queue) settleLocked(now time.Time) {
+	if q.settle != nil && q.closed == nil && q.queue.Front() == nil {
+		q.avail = q.settle.Settle(now, q.avail)
+	}
+}
+
+// A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
+// is reusable once Wait has returned and makes a new channel for every
+// goroutine-mode wait, so a pooled waiter never carries a channel from one
+// testing/synctest bubble to another; OnCancel is bound once per node, so a
+// parked fiber allocates nothing.
+type waiter struct {
+	waitq.Links[waiter] // in the queue; guarded by q.mu
+	w                   sched.Waiter
+	q                   *Queue
+	n                   int64
+	mark                int64     // the Source's mark of the grant
+	grantedAt           time.Time // when it was granted (the Source's clock); guarded by q.mu
+	err                 error     // set by Close before Wake: the error Acquire returns
+	granted             bool      // woken with its n units; guarded by q.mu
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	wt := &waiter{}
+	wt.w.OnCancel = wt.cancel
+	return wt
+}}
+
+// now reads the source's clock, if there is a source.
+func (q *Queue) now() time.Time {
+	if q.src == nil {
+		return time.Time{}
+	}
+	return q.src.Now()
+}
+
+// Acquire takes n units, parking the caller (a fiber inside a sched.Run
+// loop, else the goroutine) until they are free and every earlier caller
+// has been served. It returns the Source's mark of the grant and nil,
+// holding all n units, or an error holding none:
+//   - ctx.Err() when ctx is done before Acquire returns: a ctx already done
+//     fails at once even when units are free, and a grant that raced with
+//     the end of ctx is handed back, to the next waiter first, as far as
+//     the Source takes it back (Return; a head that leaves hands back what
+//     it had collected the same way);
+//   - an error matching context.DeadlineExceeded, at once, when the Source
+//     says the units cannot be there before ctx's deadline;
+//   - the Close error once the queue is closed.
+//
+// Acquire(ctx, 0) returns at once: ctx.Err(), the Close error, or nil.
+func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return 0, q.Closed()
+	}
+	now := q.now()
+	q.mu.Lock()
+	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
+		q.settleLocked(now)
+		q.mu.Unlock()
+		return mark, err
+	}
+	if err := q.checkDeadline(ctx, now, n); err != nil {
+		q.settleLocked(now)
+		q.mu.Unlock()
+		return 0, err
+	}
+	q.mu.Unlock()
+
+	// Two-phase park: bind a pooled waiter to the caller before publishing
+	// it, then look again, since units may have come meanwhile.
+	wt := waiterPool.Get().(*waiter)
+	wt.q, wt.n, wt.mark, wt.err, wt.granted = q, n, 0, nil, false
+	wt.w.Reason, wt.w.N = q.reason, n
+	wt.w.Prepare(ctx)
+	q.mu.Lock()
+	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
+		q.settleLocked(now)
+		q.mu.Unlock()
+		wt.q = nil
+		waiterPool.Put(wt)
+		return mark, err
+	}
+	q.queue.Push(wt)
+	if q.queue.Front() == wt {
+		q.serveLocked(now) // a Source may give the new head units at once
+	}
+	q.mu.Unlock()
+
+	err = q.wait(ctx, wt)
+	mark = wt.mark
+	if err == nil {
+		err = wt.err // nil for a grant, the Close error otherwise
+	}
+	if err == nil && ctx.Err() != nil {
+		// Granted, but ctx ended before Acquire returned: the done ctx
+		// wins (a select between "acquired" and "cancelled" must not
+		// depend on timing), and the grant passes on.
+		q.handBack(wt)
+		err = ctx.Err()
+	}
+	wt.q, wt.err = nil, nil
+	waiterPool.Put(wt)
+	if err != nil {
+		return 0, err
+	}
+	return mark, nil
+}
+
+// tryLocked takes n units if nobody waits and they are free. It returns an
+// error when Acquire must fail at once. q.mu is held.
+func (q *Queue) tryLocked(now time.Time, n int64) (mark int64, ok bool, err error) {
+	switch {
+	case q.closed != nil:
+		return 0, false, q.closed
+	case q.queue.Front() != nil:
+		return 0, false, nil
+	}
+	if q.src != nil {
+		q.avail = q.src.Fill(now, q.avail, n, false)
+	}
+	if q.avail < n {
+		return 0, false, nil
+	}
+	q.avail -= n
+	if q.src != nil {
+		mark = q.src.Take(n)
+	}
+	return mark, true, nil
+}
+
+// checkDeadline fails a wait that cannot end before ctx's deadline even if
+// every caller ahead gave up. q.mu is held.
+func (q *Queue) checkDeadline(ctx context.Context, now time.Time, n int64) error {
+	if q.src == nil {
+		return nil
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	// Strictly before: at the deadline instant itself the ctx has ended.
+	d := q.src.Until(now, q.avail, n)
+	if d >= 0 && now.Add(d).Before(deadline) {
+		return nil
+	}
+	return q.deadlineError(n, d, deadline.Sub(now))
+}
+
+// deadlineError is checkDeadline's error, built out of line: formatting
+// needs a large frame, and a frame on the path of every wait with a
+// deadline would make each parked fiber's stack grow past its first size
+// (a fiber parks with that stack for as long as it waits).
+//
+//go:noinline
+func (q *Queue) deadlineError(n int64, d, left time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s n=%d: the units will never be there: %w", q.reason, n, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%s n=%d: would wait %v, past ctx's deadline in %v: %w",
+		q.reason, n, d, left, context.DeadlineExceeded)
+}
+
+// TryAcquire takes n units without blocking and reports whether it did,
+// with the Source's mark of the grant. It fails while any Acquire is parked,
+// even if n units are free (no barging), and once the queue is closed.
+func (q *Queue) TryAcquire(n int64) (mark int64, ok bool) {
+	now := q.now()
+	q.mu.Lock()
+	mark, ok, err := q.tryLocked(now, n)
+	q.settleLocked(now)
+	q.mu.Unlock()
+	return mark, ok && err == nil
+}
+
+// Release adds n free units and hands them to the waiters at the head of
+// the queue, in order, as far as they go.
+func (q *Queue) Release(n int64) {
+	now := q.now()
+	q.mu.Lock()
+	q.avail += n
+	q.serveLocked(now)
+	q.mu.Unlock()
+}
+
+// Refill asks the Source for what it has produced, serves the waiters it
+// covers, and re-arms the Source for the new head. It is what a Source's
+// timer calls.
+func (q *Queue) Refill() {
+	now := q.now()
+	q.mu.Lock()
+	if q.closed == nil && q.src != nil {
+		// No Do(nil): its State would escape to the heap, and a refill is
+		// on every parked caller's path.
+		q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
+		q.serveLocked(now)
+	}
+	q.mu.Unlock()
+}
+
+// Do runs f with the queue's lock held, on the queue's state with the free
+// units brought up to date, and keeps the units f leaves in s.Avail; then
+// it serves the queue and tells the Source what the head now needs. It is
+// how an owner reads or changes its Source's state (a rate, a burst, a
+// grid) so that parked callers are re-timed at once. On a closed queue f
+// still runs, on the units as they were, and nothing is served.
+func (q *Queue) Do(f func(s *State)) {
+	now := q.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := State{Now: now, Avail: q.avail, Waiting: q.queue.Len() > 0, Closed: q.closed != nil}
+	if !st.Closed && q.src != nil {
+		st.Avail = q.src.Fill(now, st.Avail, 0, st.Waiting)
+	}
+	f(&st)
+	q.avail = st.Avail
+	q.serveLocked(now)
+}
+
+// State is what Do shows its func.
+type State struct {
+	Now     time.Time // the Source's clock, read before the lock
+	Avail   int64     // free units; f may change them
+	Waiting bool      // someone is parked
+	Closed  bool      // Close has been called
+}
+
+// serveLocked grants units to the waiters from the head while the head's
+// request is covered, then tells the Source what the new head needs.
+// Strict FIFO: a large request at the head blocks smaller ones behind it,
+// so a steady trickle of small requests can never starve a large one.
+// q.mu is held.
+func (q *Queue) serveLocked(now time.Time) {
+	if q.closed != nil {
+		return
+	}
+	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {
+		if q.src != nil {
+			q.avail = q.src.Fill(now, q.avail, wt.n, true)
+		}
+		if q.avail < wt.n {
+			break
+		}
+		q.queue.Remove(wt)
+		q.avail -= wt.n
+		if q.src != nil {
+			wt.mark = q.src.Take(wt.n)
+		}
+		wt.granted, wt.grantedAt = true, now
+		if !wt.w.Wake() {
+			// Its cancellation won the race and its OnCancel is on the way
+			// (it will find the waiter out of the queue): the units were
+			// never handed over, so they come back for the next, as far as
+			// the Source takes them back.
+			wt.granted = false
+			q.giveBack(now, wt)
+		}
+	}
+	if q.src == nil {
+		return
+	}
+	var need int64
+	if head := q.queue.Front(); head != nil {
+		need = head.n - q.avail
+	} else {
+		// Nobody waits: let the Source cap what it keeps (a bucket holds
+		// at most its burst).
+		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
+	q.src.Demand(now, need)
+	q.settleLocked(now)
+}
+
+// giveBack returns a grant's units to the free count, as far as the Source
+// takes them back. q.mu is held.
+func (q *Queue) giveBack(now time.Time, wt *waiter) {
+	if q.src == nil {
+		q.avail += wt.n
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
+	q.avail = q.src.Return(now, wt.grantedAt, q.avail, wt.n, wt.mark)
+}
+
+// leaveLocked is called when the head leaves the queue without its grant
+// (its ctx ended, its fiber was stopped, or the queue closed): every free
+// unit is one it had collected. They come back as a grant of them, made
+// and handed back at now, so that the Source decides what they are worth
+// as it does for any hand-back.
+//
+// Why not leave them free for the next waiter as they are: a head may
+// collect more than a Source can hold (a bucket's head of n > burst holds
+// up to n − 1 tokens), and handing all of that on at once would grant the
+// callers behind it more than the Source allows in that instant. q.mu is
+// held.
+func (q *Queue) leaveLocked(now time.Time) {
+	if q.src == nil {
+		return
+	}
+	q.avail = q.src.Fill(now, q.avail, 0, true) // its collection, up to now
+	if q.avail > 0 {
+		mark := q.src.Take(q.avail)
+		q.avail = q.src.Return(now, now, 0, q.avail, mark)
+	}
+}
+
+// handBack gives back the grant of a caller whose ctx ended before Acquire
+// returned.
+func (q *Queue) handBack(wt *waiter) {
+	now := q.now()
+	q.mu.Lock()
+	wt.granted = false
+	q.giveBack(now, wt)
+	q.serveLocked(now)
+	q.mu.Unlock()
+}
+
+// wait parks on wt. When a run loop stops the parked fiber instead of
+// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
+// panic in another fiber, a daemon that ignored its cancellation), a wait
+// still pending ends through OnCancel, but a grant made just before the
+// stop was never seen by the caller; abandon takes the waiter out of the
+// queue if it is still there (a head leaves its collection, as on cancel)
+// and gives such a grant back, so nothing is lost that the Source keeps.
+func (q *Queue) wait(ctx context.Context, wt *waiter) error {
+	returned := false
+	defer func() {
+		if !returned {
+			q.abandon(wt)
+		}
+	}()
+	err := wt.w.Wait(ctx)
+	returned = true
+	return err
+}
+
+// abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
+// reused.
+func (q *Queue) abandon(wt *waiter) {
+	now := q.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch {
+	case wt.Queued():
+		wasHead := q.queue.Front() == wt
+		q.queue.Remove(wt)
+		if wasHead {
+			q.leaveLocked(now)
+		}
+	case wt.granted:
+		wt.granted = false
+		q.giveBack(now, wt)
+	}
+	q.serveLocked(now)
+}
+
+// cancel is every waiter's OnCancel: it runs when the caller's context wins
+// over a grant, before the caller resumes, and takes the waiter out of the
+// queue. Its leaving may let the waiters behind it go: a head leaves what
+// it had collected (see leaveLocked).
+func (wt *waiter) cancel() {
+	q := wt.q
+	now := q.now()
+	q.mu.Lock()
+	if wt.Queued() {
+		wasHead := q.queue.Front() == wt
+		q.queue.Remove(wt)
+		if wasHead {
+			q.leaveLocked(now)
+			q.serveLocked(now)
+		}
+	}
+	q.mu.Unlock()
+}
+
+// Close fails every parked Acquire and every later one with err, tells the
+// Source nobody waits, and reports whether it was the first Close (only the
+// first has an effect). Units keep their accounting: Release still works.
+func (q *Queue) Close(err error) bool {
+	now := q.now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed != nil {
+		return false
+	}
+	if q.settle != nil && q.queue.Front() == nil {
+		// The Settler's state comes under the lock for good, up to date:
+		// the units the queue keeps are those of the Close instant.
+		q.avail = q.src.Fill(now, q.avail, 0, false)
+	}
+	if q.queue.Front() != nil {
+		q.leaveLocked(now) // the head leaves with the rest, its collection as any leaver's
+	}
+	q.closed = err
+	for wt := q.queue.Front(); wt != nil; wt = q.queue.Front() {
+		q.queue.Remove(wt)
+		wt.err = err
+		wt.w.Wake() // false: it was cancelled meanwhile and returns ctx.Err()
+	}
+	if q.src != nil {
+		q.src.Demand(now, 0)
+	}
+	return true
+}
+
+// Closed returns the Close error, or nil while the queue is open.
+func (q *Queue) Closed() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// Available returns the number of free units, as last brought up to date.
+// Units may be free while callers wait: the head needs more than are free.
+// With a Settler Source it counts only the units the queue holds (0 while
+// the Source's own word has them).
+func (q *Queue) Available() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.avail
+}
+
+// Waiters returns the number of parked Acquire calls.
+func (q *Queue) Waiters() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queue.Len()
+}

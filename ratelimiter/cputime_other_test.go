@@ -1,8 +1,0 @@
-//go:build !unix
-
-package ratelimiter_test
-
-import "time"
-
-// cpuTime is not measured here: the cpu-ns/op metric reads 0.
-func cpuTime() time.Duration { return 0 }

@@ -1,0 +1,273 @@
+// Package shmstore is a store.Store over package sharedbucket: buckets live in
+// memory-mapped files, so every `sluice serve` process on a host (and any
+// other program using the same files) shares one limit per key, at the cost
+// of a CAS and no syscall.
+//
+// Each distinct policy (rate, burst) gets its own table file in one directory,
+// named after the policy ("p-100000000ns-b10.sbt"), so processes started with
+// the same flags attach to the same tables and a process with other numbers
+// can never count against somebody else's policy.
+//
+// Files do not pile up: a Store holds a shared flock on each table file it
+// has open, and Open removes the table files that no Store holds and whose
+// every bucket is full (they hold no information: a new file is the same
+// table). So the files in the directory are those of the policies that
+// running processes use, plus those whose buckets still carry debt.
+package shmstore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-go/sluice/sharedbucket"
+	"github.com/sluice-go/sluice/store"
+)
+
+// Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
+// the zero value is not usable (use Open). Allow never blocks.
+type Store struct {
+	arena  *sharedbucket.Arena // the directory; tables are opened with openHeld
+	opts   []sharedbucket.Option
+	closed atomic.Bool
+
+	mu     sync.RWMutex
+	tables map[tableID]*sharedbucket.Table // guarded by mu; grows once per policy
+	held   []io.Closer                     // guarded by mu: the flocks on the tables' files
+}
+
+type tableID struct {
+	interval time.Duration
+	burst    int64
+}
+
+// Open returns a Store whose tables live in dir (created 0700 if missing;
+// "" means sharedbucket.DefaultDir(), a tmpfs directory private to the user).
+// opts (for example sharedbucket.WithSlots) apply to every table.
+//
+// Open first removes the table files (named as this package names them)
+// that no Store in any process holds and whose every bucket is full: a
+// table nobody uses and that holds no debt says nothing a new file would not.
+// Files of another slot count or format are left alone.
+func Open(dir string, opts ...sharedbucket.Option) (*Store, error) {
+	a, err := sharedbucket.NewArena(dir)
+	if err != nil {
+		return nil, fmt.Errorf("shmstore: %w", err)
+	}
+	s := &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table)}
+	sweep(a.Dir(), opts)
+	return s, nil
+}
+
+// Dir is the directory holding the table files.
+func (s *Store) Dir() string { return s.arena.Dir() }
+
+func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
+	id := tableID{p.Interval(), p.Burst}
+	s.mu.RLock()
+	t := s.tables[id]
+	s.mu.RUnlock()
+	if t != nil {
+		return t, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t = s.tables[id]; t != nil {
+		return t, nil
+	}
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	t, hold, err := openHeld(filepath.Join(s.arena.Dir(), id.fileName()), id.policy(), s.opts)
+	if err != nil {
+		return nil, fmt.Errorf("shmstore: %w", err)
+	}
+	s.tables[id] = t
+	s.held = append(s.held, hold)
+	return t, nil
+}
+
+// fileName is the name of id's table file.
+func (id tableID) fileName() string {
+	return "p-" + strconv.FormatInt(int64(id.interval), 10) + "ns-b" + strconv.FormatInt(id.burst, 10) + sharedbucket.TableExt
+}
+
+// policy is id's sharedbucket policy. Why Limit 1 per Window T:
+// sharedbucket's interval is ceil(Window/Limit), so this gives exactly the
+// store.Policy interval every other store uses.
+func (id tableID) policy() sharedbucket.Policy {
+	return sharedbucket.Policy{Limit: 1, Window: id.interval, Burst: id.burst}
+}
+
+// parseFileName is the inverse of fileName; ok is false for any other name.
+func parseFileName(name string) (id tableID, ok bool) {
+	rest, ok := strings.CutPrefix(name, "p-")
+	if !ok {
+		return id, false
+	}
+	rest, ok = strings.CutSuffix(rest, sharedbucket.TableExt)
+	if !ok {
+		return id, false
+	}
+	iv, b, ok := strings.Cut(rest, "ns-b")
+	if !ok {
+		return id, false
+	}
+	interval, err1 := strconv.ParseInt(iv, 10, 64)
+	burst, err2 := strconv.ParseInt(b, 10, 64)
+	id = tableID{time.Duration(interval), burst}
+	if err1 != nil || err2 != nil || interval < 1 || burst < 1 || id.fileName() != name {
+		return tableID{}, false
+	}
+	return id, true
+}
+
+// opened returns p's table if it is open, else nil.
+func (s *Store) opened(p store.Policy) *sharedbucket.Table {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tables[tableID{p.Interval(), p.Burst}]
+}
+
+// Allow implements store.Store. It never blocks and ignores ctx.
+func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
+	if s.closed.Load() {
+		return store.Result{}, store.ErrClosed
+	}
+	if err := store.Check(cost, p); err != nil {
+		return store.Result{}, err
+	}
+	if len(key) == 0 || len(key) > sharedbucket.MaxKeyLen {
+		return store.Result{}, fmt.Errorf("shmstore: key of %d bytes: want 1 to %d", len(key), sharedbucket.MaxKeyLen)
+	}
+	t, err := s.table(p)
+	if err != nil {
+		return store.Result{}, err
+	}
+	// One call: the decision and its figures come from the same read of
+	// the bucket (and, when allowed, the same CAS).
+	d := t.DecideN(key, cost)
+	if d.RetryAfter == sharedbucket.Never {
+		return store.Result{}, store.ErrClosed // only a closed table says never here
+	}
+	return store.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, nil
+}
+
+// Evictions reports, for p's table, the live buckets this store evicted to
+// make room for new keys (each one let its key start over with a full
+// bucket: the limit loosened) and the decisions given up under contention
+// (answered per sharedbucket.FailClosed), since the store was opened. Zeros
+// if p's table is not open. Policies with the same rate and burst share one
+// table, and so these counts. Counts are this process's: other processes
+// sharing the tables count their own.
+func (s *Store) Evictions(p store.Policy) (evicted, contended uint64) {
+	t := s.opened(p)
+	if t == nil {
+		return 0, 0
+	}
+	c := t.Counters()
+	return c.Evicted, c.Contended
+}
+
+// SlotHealth reports, for p's table: the slots locked right now (a claim
+// under way, or a process that died or stopped while it moved a slot to a
+// new key less than sharedbucket.LockTimeout ago; all processes), the locks
+// this store took over from such processes (each may let one key start
+// over with a full bucket), and the impossible words it found in the table
+// and reset (damage; see sharedbucket.Stats). Zeros if p's table is not
+// open. It walks the table (sharedbucket.Table.Stats: a load or two per
+// slot) and on the way takes over the locks LockTimeout old, so a scrape
+// keeps dead locks from lingering. Policies with the same rate and burst
+// share one table, and so these figures.
+func (s *Store) SlotHealth(p store.Policy) (locked int, recovered, corrupt uint64) {
+	t := s.opened(p)
+	if t == nil {
+		return 0, 0, 0
+	}
+	st := t.Stats()
+	return st.Locked, st.Recovered, st.Corrupt
+}
+
+// Slots returns the slot count of the store's tables: what -shm-slots set.
+func (s *Store) Slots() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, t := range s.tables {
+		return t.Slots()
+	}
+	return 0
+}
+
+// Keys implements store.Store: keys whose bucket is not full, summed over
+// this store's tables (all processes' keys, since the tables are shared).
+func (s *Store) Keys(context.Context) (int64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, t := range s.tables {
+		n += int64(t.Stats().Keys)
+	}
+	return n, nil
+}
+
+// Ping implements store.Store: it fails once the store is closed or its
+// directory has gone.
+func (s *Store) Ping(context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if _, err := os.Stat(s.arena.Dir()); err != nil {
+		return fmt.Errorf("shmstore: %w", err)
+	}
+	return nil
+}
+
+// Name implements store.Store.
+func (s *Store) Name() string { return "shm" }
+
+// Close unmaps every table and lets go of their files. The files stay for
+// other processes (and for the next Open, which removes those nobody holds
+// whose buckets are all full).
+func (s *Store) Close() error {
+	s.closed.Store(true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for id, t := range s.tables {
+		if err := t.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(s.tables, id)
+	}
+	for _, h := range s.held {
+		_ = h.Close()
+	}
+	s.held = nil
+	if err := s.arena.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+// InProcess marks Store as a store.InProcess store: Allow never waits.
+func (s *Store) InProcess() {}
+
+// Prepare opens (creating if needed) the tables of the given policies now
+// rather than at their first request, so a mismatch with tables other
+// processes created (another slot count: sharedbucket.ErrPolicyMismatch)
+// shows at start-up instead of as failing requests.
+func (s *Store) Prepare(policies ...store.Policy) error {
+	for _, p := range policies {
+		if _, err := s.table(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
