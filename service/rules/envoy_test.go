@@ -78,9 +78,9 @@ func TestEnvoyBasicConfig(t *testing.T) {
 		{"foo_domain", nil, nil},
 		{"test-domain", nil, nil},
 		{"test-domain", kv("key1", "something"), nil},
-		{"test-domain", kv("key1", "value1"), nil},                                 // a node without a limit
-		{"test-domain", kv("key2", "value2", "subkey", "subvalue"), nil},           // deeper than the rule
-		{"test-domain", kv("key5", "value5", "subkey5", "subvalue"), nil},          // no backtracking to key5's own limit
+		{"test-domain", kv("key1", "value1"), nil},                        // a node without a limit
+		{"test-domain", kv("key2", "value2", "subkey", "subvalue"), nil},  // deeper than the rule
+		{"test-domain", kv("key5", "value5", "subkey5", "subvalue"), nil}, // no backtracking to key5's own limit
 		{"test-domain", kv("key1", "value1", "subkey1", "something"), &want{rpu: 5, unit: rules.Second}},
 		{"test-domain", kv("key1", "value1", "subkey1", "subvalue1"), &want{rpu: 10, unit: rules.Second}},
 		{"test-domain", kv("key2", "something"), &want{rpu: 20, unit: rules.Minute}},
