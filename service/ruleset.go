@@ -171,7 +171,7 @@ func (s *Server) ReloadRules(paths ...string) error {
 		return err
 	}
 	s.ruleMetrics.reloadOK.Inc()
-	s.log.Info("rules reloaded", "files", strings.Join(c.Files, ","), "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
+	s.log.Info("rules reloaded", "file", strings.Join(c.Files, ","), "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
 	return nil
 }
 
