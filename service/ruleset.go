@@ -18,9 +18,9 @@ import (
 // Config.HTTPDomain is empty.
 const DefaultHTTPDomain = "http"
 
-// ruleSet is one loaded rules file, compiled for the hot path. It is
+// ruleSet is one load of the rules files, compiled for the hot path. It is
 // immutable: a reload builds a new one and swaps the pointer, so a decision
-// sees one whole file, old or new.
+// sees one whole set of files, old or new.
 type ruleSet struct {
 	cfg     *rules.Config
 	entries []ruleEntry // by Rule.Index
@@ -48,11 +48,11 @@ func (s *Server) initRules() error {
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_config_reloads_total",
-		Help: "Rules file reloads (-config, on SIGHUP), by result: ok, or error (the previous rules stay).",
+		Help: "Rules reloads (-config files and directories, on SIGHUP or -config-poll), by result: ok, or error (the previous rules stay).",
 	}, []string{"result"})
 	count := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_config_rules",
-		Help: "Rules (descriptors with a rate_limit) in the rules file in force.",
+		Help: "Rules (descriptors with a rate_limit) in the rules files in force.",
 	})
 	s.cfg.Registry.MustRegister(reloads, count)
 	s.ruleMetrics = ruleMetrics{reloadOK: reloads.WithLabelValues("ok"), reloadErr: reloads.WithLabelValues("error"), rules: count}

@@ -24,6 +24,9 @@
 // entry matched by value, a failure further down does not retry the
 // key-only branch (as in envoyproxy/ratelimit).
 //
+// Several files (and directories of them) load into one Config with
+// LoadAll; a domain in two files is refused unless Options.MergeDomains.
+//
 // A Config is immutable once loaded and safe for concurrent use.
 package rules
 
