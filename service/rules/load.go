@@ -54,11 +54,12 @@ func LoadAll(paths []string, opt Options) (*Config, error) {
 // Expand lists the files LoadAll reads for paths, in the order it reads
 // them: a file as given; for a directory, every regular file (or link to
 // one) directly in it whose name ends in .yaml or .yml, sorted by name,
-// skipping names that start with '.'. Why skip those and not descend: a
-// Kubernetes ConfigMap volume holds the files as links into a hidden
-// "..data" directory, which would otherwise be read twice; editors leave
-// hidden swap files. A directory with no such file is refused: a wrong
-// path must not start a server that limits nothing.
+// skipping names that start with '.'. Why not descend into directories: a
+// Kubernetes ConfigMap volume holds each file twice, as a link at the top
+// and in a hidden timestamped directory. Why skip hidden names: editors
+// leave hidden swap and backup files beside the ones they edit. A
+// directory with no such file is refused: a wrong path must not start a
+// server that limits nothing.
 func Expand(paths []string) ([]string, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("rules: no rules file or directory given")
