@@ -271,3 +271,26 @@ func TestEnvoyDirectory(t *testing.T) {
 	_, err = rules.LoadAll([]string{dir}, rules.Options{})
 	assert.ErrorContains(t, err, filepath.Join(dir, "wildcard.yaml")+`:2: domain: "test-domain" is configured twice (first in `+filepath.Join(dir, "basic.yaml"))
 }
+
+// detailed_metric and value_to_metric change statistics names only: the
+// file loads and every descriptor finds the limit it would without them.
+func TestEnvoyDetailedMetricAndValueToMetric(t *testing.T) {
+	c := mustLoadEnvoy(t, "detailed_metric.yaml")
+	for _, tc := range []struct {
+		entries []rules.KV
+		want    *want
+	}{
+		{kv("key_1", "value-for-key-1"), &want{rpu: 500, unit: rules.Minute}},
+		{kv("key_1", "some-value-for-key-1"), &want{rpu: 500, unit: rules.Minute}},
+		{kv("key_2", "key-2-value"), &want{rpu: 5000, unit: rules.Minute}},
+		{kv("key_2", "key-2-value", "key_3", "requested-key3-value"), &want{rpu: 5, unit: rules.Minute}},
+		{kv("key_2", "key-2-value", "key_3", "other"), nil}, // key_3 alone has no limit
+		{kv("key_2", "specific-id"), &want{rpu: 50000, unit: rules.Minute}},
+		{kv("key_2", "specific-id", "key_3", "requested-key3-value"), &want{rpu: 100, unit: rules.Minute}},
+		{kv("route", "draw", "http_method", "GET", "subject_id", "123"), &want{rpu: 60, unit: rules.Second}},
+		{kv("route", "", "http_method", "", "subject_id", "123"), &want{rpu: 60, unit: rules.Second}},
+		{kv("route", "draw", "http_method", "GET"), nil},
+	} {
+		checkMatch(t, c, "nested", tc.entries, tc.want)
+	}
+}
