@@ -1,6 +1,7 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -32,10 +33,15 @@ const overrideLogEvery = time.Minute
 type overrideID struct {
 	rpu  uint32
 	unit rules.Unit
+	mult uint32 // unit_multiplier; 1 when absent
 }
 
 func (id overrideID) String() string {
-	return strconv.FormatUint(uint64(id.rpu), 10) + "/" + string(id.unit)
+	s := strconv.FormatUint(uint64(id.rpu), 10) + "/"
+	if id.mult > 1 {
+		s += strconv.FormatUint(uint64(id.mult), 10)
+	}
+	return s + string(id.unit)
 }
 
 // overrides are the limit overrides (Envoy's per-descriptor "limit") that
@@ -87,26 +93,31 @@ func overrideOf(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) overrideID
 	if unit.Duration() == 0 || unit == rules.Year {
 		unit = ""
 	}
-	return overrideID{o.GetRequestsPerUnit(), unit}
+	mult := uint32(1)
+	if m := o.GetUnitMultiplier(); m != nil {
+		mult = m.GetValue() // 0 is refused by check
+	}
+	return overrideID{o.GetRequestsPerUnit(), unit, mult}
 }
 
 // rule is the rule an override stands for. Its Domain is left empty: one
 // entry serves every domain, and the decision fills in the request's (see
 // rateLimitService.decide).
 func (id overrideID) rule() *rules.Rule {
-	return &rules.Rule{Name: "override", RequestsPerUnit: id.rpu, Unit: id.unit, Override: true}
+	return &rules.Rule{Name: "override", RequestsPerUnit: id.rpu, Unit: id.unit, UnitMultiplier: id.mult, Override: true}
 }
 
 // check reports why a limit override cannot be a policy: a unit other than
-// second to month, a unit_multiplier, a limit no store can keep. Its answer
-// never depends on how full the cap is.
+// second to month, a unit_multiplier of 0, a limit no store can keep (a
+// period past the stores' bound). Its answer never depends on how full the
+// cap is.
 func (o *overrides) check(ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride) error {
 	id := overrideOf(ov)
 	if id.unit == "" {
 		return fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY or MONTH", ov.GetUnit())
 	}
-	if m := ov.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
-		return fmt.Errorf("unit_multiplier %d: not supported", m.GetValue())
+	if id.mult == 0 {
+		return errors.New("unit_multiplier 0: want 1 or more")
 	}
 	if _, ok := o.entries.Load(id); ok {
 		return nil // admitted, so valid

@@ -70,7 +70,11 @@ func TestOverrideBucketsBounded(t *testing.T) {
 					return int(n)
 				}
 			}
-			srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 1, Burst: 1},
+			// The domain, without rules: overrides count only in a
+			// configured domain, and a rule would add a table of its own.
+			c, err := rules.Parse("r.yaml", []byte("domain: edge\n"))
+			require.NoError(t, err)
+			srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 1, Burst: 1}, Rules: c,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
 			f := &rlsFixture{rls: serveGRPC(t, srv)}
@@ -169,7 +173,7 @@ func TestOverrideCap(t *testing.T) {
 // An override and a rule of the same limit keep apart buckets; the same
 // override shares its bucket across requests and replicas, in its domain.
 func TestOverrideBuckets(t *testing.T) {
-	f := newRLS(t, edgeRules, nil)
+	f := newRLS(t, edgeRules+"---\ndomain: other\n", nil)
 	for range 5 {
 		require.Equal(t, OK, f.ask(t, "edge", 0, desc("remote_address", "198.51.100.7")).OverallCode)
 	}

@@ -25,14 +25,19 @@ import (
 // matched against the rules (Config.Rules) and decided on its own, spending
 // its cost from its rule's bucket even when another descriptor of the same
 // request is over its limit (as envoyproxy/ratelimit does). The response
-// is OVER_LIMIT when any descriptor is. Per descriptor:
+// is OVER_LIMIT when any descriptor of a rule without quota_mode is, or when
+// the request has descriptors of quota_mode rules and every one of them is
+// (a quota_mode rule's own status still says OVER_LIMIT). Per descriptor:
 //   - no matching rule: OK, nothing counted, no current_limit;
+//   - a rule that another matched rule of the request replaces (by its
+//     rate_limit.name): the same, its buckets untouched;
 //   - an unlimited rule: OK, limit_remaining 2³²−1, no bucket (counted as
 //     allowed in the metrics);
 //   - requests_per_unit 0: OVER_LIMIT, counted as denied;
 //   - otherwise the GCRA decision for cost hits_addend (the descriptor's own
-//     when set, else the request's; 0 means 1): current_limit, and
-//     limit_remaining (whole tokens left); duration_until_reset is, when
+//     when set, else the request's; 0 means 1): current_limit (with the
+//     rule's name only when the file names it, as envoyproxy/ratelimit),
+//     and limit_remaining (whole tokens left); duration_until_reset is, when
 //     allowed, the time until the bucket is full again and, when over the
 //     limit, the time until the same request would be allowed.
 //
@@ -42,14 +47,18 @@ import (
 // the store fails, a descriptor is OK under fail-open, OVER_LIMIT (retry in
 // 1 s) under fail-closed. A descriptor's limit override (the "limit" field
 // Envoy fills from its route config) replaces the rule, as in
-// envoyproxy/ratelimit, and is never in shadow mode; its buckets are apart
-// from the rules' (see rules.BucketKey). At most Config.MaxOverrides
+// envoyproxy/ratelimit, in a domain the rules configure (elsewhere the
+// descriptor has no limit, override or not, as there), and is never in
+// shadow mode; its unit_multiplier stretches its unit; its buckets are
+// apart from the rules' (see rules.BucketKey). At most Config.MaxOverrides
 // distinct overrides get buckets; past that, a new one is answered as if
 // the descriptor carried none (see DefaultMaxOverrides).
 //
 // An empty domain, no descriptors, a descriptor without entries, a
 // per-descriptor hits_addend of 0 (check without spending: not supported)
-// and an override with an unknown unit are refused with InvalidArgument.
+// and, in a configured domain, an override with an unknown unit, a
+// unit_multiplier of 0 or a period past the stores' bound are refused with
+// InvalidArgument.
 func (s *Server) RegisterRateLimitService(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, &rateLimitService{s: s})
 }
@@ -82,36 +91,67 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
 	}
+	// As envoyproxy/ratelimit: a limit override counts only in a domain
+	// the rules configure; elsewhere the descriptor has no limit at all.
+	known := cfg.HasDomain(domain)
 	// Check every descriptor before deciding any, so that a request refused
 	// for its last descriptor has spent nothing for its first.
 	for i, d := range descs {
-		if err := g.check(i, d); err != nil {
+		if err := g.check(i, d, known); err != nil {
 			return nil, err
 		}
 	}
+	// Why a fixed array: Envoy sends a handful of descriptors; up to 8
+	// stay on the stack, keeping the request path free of this allocation.
+	var buf [8]*ruleEntry
+	matched := buf[:0]
+	if len(descs) > len(buf) {
+		matched = make([]*ruleEntry, 0, len(descs))
+	}
+	for _, d := range descs {
+		var e *ruleEntry
+		if o := d.GetLimit(); o != nil && known {
+			e = g.override(overrideOf(o))
+		}
+		if e == nil { // no override, or one past -max-overrides
+			if r := rules.Match(cfg, domain, d.GetEntries()); r != nil {
+				e = &rs.entries[r.Index]
+			}
+		}
+		matched = append(matched, e)
+	}
+	if rs != nil && rs.replaces {
+		dropReplaced(matched)
+	}
+	// As envoyproxy/ratelimit: the request is over the limit when any
+	// descriptor of a rule without quota_mode is, or when it has
+	// quota_mode descriptors and every one of them is.
+	var over, quota, quotaOver int
 	for i, d := range descs {
-		entries := d.GetEntries()
+		e := matched[i]
 		cost := uint64(max(1, req.GetHitsAddend()))
 		if h := d.GetHitsAddend(); h != nil {
 			cost = h.GetValue()
 		}
-		var e *ruleEntry
-		if o := d.GetLimit(); o != nil {
-			e = g.override(overrideOf(o))
-		}
-		if e == nil { // no override, or one past -max-overrides
-			if r := rules.Match(cfg, domain, entries); r != nil {
-				e = &rs.entries[r.Index]
-			}
-		}
-		st, err := g.decide(ctx, domain, entries, cost, e)
+		st, err := g.decide(ctx, domain, d.GetEntries(), cost, e)
 		if err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 		resp.Statuses[i] = st
-		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		isQuota := e != nil && e.rule.QuotaMode && !e.rule.Unlimited
+		if isQuota {
+			quota++
 		}
+		if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT {
+			if isQuota {
+				quotaOver++
+			} else {
+				over++
+			}
+		}
+	}
+	if over > 0 || (quota > 0 && quotaOver == quota) {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if s.cfg.Shadow {
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
@@ -119,16 +159,45 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	return resp, nil
 }
 
+// dropReplaced removes from matched every named rule that another matched
+// rule replaces (rate_limit.replaces), as envoyproxy/ratelimit does: its
+// descriptor is answered as matching nothing, and its buckets are not
+// touched. A rule replaces others whether it is limited or unlimited; a
+// limit override replaces nothing and is never replaced.
+func dropReplaced(matched []*ruleEntry) {
+	var replaced map[string]bool
+	for _, e := range matched {
+		if e == nil {
+			continue
+		}
+		for _, name := range e.rule.Replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[name] = true
+		}
+	}
+	if replaced == nil {
+		return
+	}
+	for i, e := range matched {
+		if e != nil && e.rule.Named && replaced[e.rule.Name] {
+			matched[i] = nil
+		}
+	}
+}
+
 // check refuses descriptor i of a request if it has no entries, a
-// hits_addend of 0, or a limit override that cannot be a policy.
-func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor) error {
+// hits_addend of 0, or, in a domain the rules configure (known), a limit
+// override that cannot be a policy.
+func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor, known bool) error {
 	if len(d.GetEntries()) == 0 {
 		return status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
 	}
 	if h := d.GetHitsAddend(); h != nil && h.GetValue() == 0 {
 		return status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend 0 (check without spending) is not supported", i)
 	}
-	if o := d.GetLimit(); o != nil {
+	if o := d.GetLimit(); o != nil && known {
 		if err := g.s.overrides.check(o); err != nil {
 			return status.Errorf(codes.InvalidArgument, "descriptor %d: limit override: %v", i, err)
 		}

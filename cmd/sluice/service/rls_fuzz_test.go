@@ -21,11 +21,12 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// invalidRequest is the documented refusal rule of ShouldRateLimit: an empty
-// domain, no descriptors, a descriptor without entries or with hits_addend
-// 0, or a limit override that is not a policy (a unit other than second to
-// month, a unit_multiplier other than 1, more than 1e9 a second).
-func invalidRequest(req *rlsv3.RateLimitRequest) bool {
+// invalidRequest is the documented refusal rule of ShouldRateLimit under
+// rules c: an empty domain, no descriptors, a descriptor without entries or
+// with hits_addend 0, or, in a domain c configures, a limit override that
+// is not a policy (a unit other than second to month, a unit_multiplier of
+// 0, more than 1e9 a second, a period past the stores' bound).
+func invalidRequest(c *rules.Config, req *rlsv3.RateLimitRequest) bool {
 	if req.GetDomain() == "" || len(req.GetDescriptors()) == 0 {
 		return true
 	}
@@ -33,12 +34,13 @@ func invalidRequest(req *rlsv3.RateLimitRequest) bool {
 		if len(d.GetEntries()) == 0 || d.GetHitsAddend() != nil && d.GetHitsAddend().GetValue() == 0 {
 			return true
 		}
-		if o := d.GetLimit(); o != nil {
+		if o := d.GetLimit(); o != nil && c.HasDomain(req.GetDomain()) {
 			u := rules.Unit(strings.ToLower(o.GetUnit().String()))
-			if u == rules.Year || u.Duration() == 0 || o.GetUnitMultiplier() != nil && o.GetUnitMultiplier().GetValue() != 1 {
+			if u == rules.Year || u.Duration() == 0 || o.GetUnitMultiplier() != nil && o.GetUnitMultiplier().GetValue() == 0 {
 				return true
 			}
-			if p, ok := (&rules.Rule{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}).Policy(); ok && p.Validate() != nil {
+			r := &rules.Rule{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, UnitMultiplier: o.GetUnitMultiplier().GetValue()}
+			if p, ok := r.Policy(); ok && p.Validate() != nil {
 				return true
 			}
 		}
@@ -65,7 +67,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 		{Domain: "sms", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("kind", "promo", "phone", "555"), desc("phone", "555")}, HitsAddend: 2},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{hits, zero}},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{over(desc("a", "b"), 3, typev3.RateLimitUnit_MINUTE)}},
-		{Domain: "x", Descriptors: []*ratelimitv3.RateLimitDescriptor{over(desc("a", "b"), 2e9, typev3.RateLimitUnit_SECOND)}},
+		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{over(desc("a", "b"), 2e9, typev3.RateLimitUnit_SECOND)}},
+		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{over(desc("a", "b"), 1, typev3.RateLimitUnit_YEAR)}},
 		{Domain: "x", Descriptors: []*ratelimitv3.RateLimitDescriptor{over(desc("a", "b"), 1, typev3.RateLimitUnit_YEAR)}},
 		{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("backup", "1"), desc("client_ip", "192.0.2.66"), {}}},
 		{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("key", "tenant-a")}},
@@ -95,7 +98,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 			return
 		}
 		resp, err := rls.ShouldRateLimit(context.Background(), &req)
-		if invalidRequest(&req) {
+		if invalidRequest(c, &req) {
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("invalid request %v: got %v, %v", &req, resp, err)
 			}
@@ -119,6 +122,9 @@ func FuzzShouldRateLimit(f *testing.F) {
 			}
 			rule := rules.Match(c, req.GetDomain(), d.GetEntries())
 			o := d.GetLimit()
+			if !c.HasDomain(req.GetDomain()) {
+				o = nil // an override outside the rules' domains is no limit
+			}
 			cl := st.GetCurrentLimit()
 			switch {
 			case cl != nil:

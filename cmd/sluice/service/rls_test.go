@@ -155,7 +155,7 @@ func TestRLSOverAndUnderPerDescriptor(t *testing.T) {
 	}
 	r := f.ask(t, "sms", 0, promo, phone)
 	assert.Equal(t, []rlsv3.RateLimitResponse_Code{OVER, OVER, OK}, codesOf(r))
-	assert.Equal(t, "sms.kind_promo.phone", r.Statuses[0].CurrentLimit.Name)
+	assert.Empty(t, r.Statuses[0].CurrentLimit.Name, "an unnamed rule sends no name, as envoyproxy/ratelimit")
 	assert.EqualValues(t, 3, r.Statuses[0].CurrentLimit.RequestsPerUnit)
 	assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_DAY, r.Statuses[0].CurrentLimit.Unit)
 	assert.EqualValues(t, 0, r.Statuses[0].LimitRemaining)
@@ -267,16 +267,42 @@ func TestRLSHitsAddend(t *testing.T) {
 	assert.Equal(t, 400*time.Millisecond, r.Statuses[0].DurationUntilReset.AsDuration(), "4 more tokens at 10/s")
 }
 
+// A limit override applies in a domain the rules configure, to any
+// descriptor; in any other domain the descriptor has no limit at all, as
+// envoyproxy/ratelimit answers (even an override it could not keep).
 func TestRLSLimitOverride(t *testing.T) {
 	f := newRLS(t, rlsRules, nil)
 	d := desc("anything", "x")
 	d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE}
-	assert.Equal(t, OK, f.ask(t, "nowhere", 0, d).OverallCode)
-	assert.Equal(t, OK, f.ask(t, "nowhere", 0, d).OverallCode)
-	r := f.ask(t, "nowhere", 0, d)
+	assert.Equal(t, OK, f.ask(t, "edge", 0, d).OverallCode)
+	assert.Equal(t, OK, f.ask(t, "edge", 0, d).OverallCode)
+	r := f.ask(t, "edge", 0, d)
 	assert.Equal(t, OVER, r.OverallCode)
 	assert.EqualValues(t, 2, r.Statuses[0].CurrentLimit.RequestsPerUnit)
 	assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_MINUTE, r.Statuses[0].CurrentLimit.Unit)
+	assert.Nil(t, r.Statuses[0].CurrentLimit.UnitMultiplier)
+
+	year := desc("anything", "x")
+	year.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR}
+	for range 3 {
+		r = f.ask(t, "nowhere", 0, d, year)
+		assert.Equal(t, OK, r.OverallCode)
+		assert.Nil(t, r.Statuses[0].CurrentLimit, "no limit in an unconfigured domain")
+		assert.Nil(t, r.Statuses[1].CurrentLimit)
+	}
+	assert.Contains(t, f.get(t, "/metrics").raw, "sluice_override_policies 1\n", "only edge's override has buckets")
+
+	// unit_multiplier stretches the period: 2 per 5 minutes.
+	five := desc("anything", "y")
+	five.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_MINUTE, UnitMultiplier: wrapperspb.UInt32(5)}
+	r = f.ask(t, "edge", 0, five)
+	assert.Equal(t, OK, r.OverallCode)
+	assert.EqualValues(t, 5, r.Statuses[0].CurrentLimit.GetUnitMultiplier().GetValue())
+	assert.Equal(t, 5*time.Minute/2, r.Statuses[0].DurationUntilReset.AsDuration(), "one token back in 2.5 minutes")
+	f.ask(t, "edge", 0, five)
+	r = f.ask(t, "edge", 0, five)
+	assert.Equal(t, OVER, r.OverallCode)
+	assert.Equal(t, 5*time.Minute/2, r.Statuses[0].DurationUntilReset.AsDuration())
 }
 
 func TestRLSInvalidRequests(t *testing.T) {
@@ -288,10 +314,13 @@ func TestRLSInvalidRequests(t *testing.T) {
 	tooFast := desc("a", "b")
 	tooFast.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2e9, Unit: typev3.RateLimitUnit_SECOND}
 	multiplier := desc("a", "b")
-	multiplier.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(2)}
+	multiplier.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(0)}
+	longPeriod := desc("a", "b")
+	longPeriod.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_DAY, UnitMultiplier: wrapperspb.UInt32(60)}
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"override 2e9/s": {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tooFast}},
-		"multiplier":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{multiplier}},
+		"multiplier 0":   {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{multiplier}},
+		"60 days":        {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{longPeriod}},
 		"empty domain":   {Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "b")}},
 		"no descriptors": {Domain: "edge"},
 		"no entries":     {Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},

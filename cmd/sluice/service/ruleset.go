@@ -8,6 +8,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
 	"github.com/sluice-go/sluice/store"
@@ -17,12 +18,15 @@ import (
 // Config.HTTPDomain is empty.
 const DefaultHTTPDomain = "http"
 
-// ruleSet is one loaded rules file, compiled for the hot path. It is
+// ruleSet is one load of the rules files, compiled for the hot path. It is
 // immutable: a reload builds a new one and swaps the pointer, so a decision
-// sees one whole file, old or new.
+// sees one whole set of files, old or new.
 type ruleSet struct {
 	cfg     *rules.Config
 	entries []ruleEntry // by Rule.Index
+	// replaces says some rule replaces others: only then does a request
+	// pay for collecting the names its descriptors replace.
+	replaces bool
 }
 
 // ruleEntry is a rule's policy, counters and Envoy current_limit.
@@ -44,11 +48,11 @@ func (s *Server) initRules() error {
 	}
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sluice_config_reloads_total",
-		Help: "Rules file reloads (-config, on SIGHUP), by result: ok, or error (the previous rules stay).",
+		Help: "Rules reloads (-config files and directories, on SIGHUP or -config-poll), by result: ok, or error (the previous rules stay).",
 	}, []string{"result"})
 	count := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "sluice_config_rules",
-		Help: "Rules (descriptors with a rate_limit) in the rules file in force.",
+		Help: "Rules (descriptors with a rate_limit) in the rules files in force.",
 	})
 	s.cfg.Registry.MustRegister(reloads, count)
 	s.ruleMetrics = ruleMetrics{reloadOK: reloads.WithLabelValues("ok"), reloadErr: reloads.WithLabelValues("error"), rules: count}
@@ -63,9 +67,10 @@ func (s *Server) compile(c *rules.Config) (*ruleSet, error) {
 	for i, r := range c.Rules {
 		e, err := s.ruleEntry(r)
 		if err != nil {
-			return nil, fmt.Errorf("service: %s:%d: %w", c.File, r.Line, err)
+			return nil, fmt.Errorf("service: %s:%d: %w", r.File, r.Line, err)
 		}
 		rs.entries[i] = e
+		rs.replaces = rs.replaces || len(r.Replaces) > 0
 	}
 	return rs, nil
 }
@@ -90,9 +95,17 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	}
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
-			Name:            r.Name,
 			RequestsPerUnit: r.RequestsPerUnit,
 			Unit:            rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(string(r.Unit))]),
+		}
+		// Why only a written name: envoyproxy/ratelimit sends none for an
+		// unnamed rule, and Envoy copies the name into its own headers and
+		// logs; the generated label is for Sluice's metrics.
+		if r.Named {
+			e.limit.Name = r.Name
+		}
+		if r.UnitMultiplier > 1 {
+			e.limit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
 	}
 	return e, nil
@@ -132,7 +145,7 @@ func (s *Server) SetRules(c *rules.Config) error {
 	for _, e := range rs.entries {
 		if e.limited {
 			if err := s.prepare(e.p); err != nil {
-				return fmt.Errorf("service: %s:%d: %w", c.File, e.rule.Line, err)
+				return fmt.Errorf("service: %s:%d: %w", e.rule.File, e.rule.Line, err)
 			}
 		}
 	}
@@ -141,22 +154,24 @@ func (s *Server) SetRules(c *rules.Config) error {
 	return nil
 }
 
-// ReloadRules loads the rules file at path and, if it is good, makes it the
-// rules in force (as SetRules). If it is not, the rules in force stay. Either
-// way the outcome is logged and counted in sluice_config_reloads_total; the
-// error, if any, names the file, line and field.
-func (s *Server) ReloadRules(path string) error {
-	c, err := rules.Load(path)
+// ReloadRules loads the rules at paths (files and directories, as
+// rules.LoadAll, combined per Config.RulesOptions) and, if every file is
+// good, makes them the rules in force (as SetRules). If any is not, the
+// rules in force stay, all of them. Either way the outcome is logged and
+// counted in sluice_config_reloads_total; the error, if any, names the file,
+// line and field.
+func (s *Server) ReloadRules(paths ...string) error {
+	c, err := rules.LoadAll(paths, s.cfg.RulesOptions)
 	if err == nil {
 		err = s.SetRules(c)
 	}
 	if err != nil {
 		s.ruleMetrics.reloadErr.Inc()
-		s.log.Error("rules reload failed; keeping the rules in force", "file", path, "err", err)
+		s.log.Error("rules reload failed; keeping the rules in force", "config", strings.Join(paths, ","), "err", err)
 		return err
 	}
 	s.ruleMetrics.reloadOK.Inc()
-	s.log.Info("rules reloaded", "file", path, "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
+	s.log.Info("rules reloaded", "file", strings.Join(c.Files, ","), "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
 	return nil
 }
 
@@ -188,7 +203,7 @@ func (s *Server) allowByRule(w http.ResponseWriter, r *http.Request, a *allowArg
 		writeJSON(w, status, body)
 	case a.n > e.p.Burst:
 		s.fail(w, http.StatusBadRequest, "n=%d exceeds the burst %d of rule %q (%s:%d): it can never be allowed",
-			a.n, e.p.Burst, rule.Name, rs.cfg.File, rule.Line)
+			a.n, e.p.Burst, rule.Name, rule.File, rule.Line)
 	default:
 		v, err := s.decide(r.Context(), rules.BucketKey(rules.Allow, rule, entries[:]), a.n, &e.policyEntry, shadow)
 		s.answer(w, &e.policyEntry, v, err)

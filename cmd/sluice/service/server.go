@@ -61,6 +61,9 @@ type Config struct {
 	// ShouldRateLimit and for /allow (see HTTPDomain); nil means none.
 	// SetRules and ReloadRules replace them while serving.
 	Rules *rules.Config
+	// RulesOptions are how ReloadRules combines its files (MergeDomains);
+	// load Rules with the same.
+	RulesOptions rules.Options
 	// MaxOverrides caps the distinct Envoy limit overrides (requests_per_unit
 	// and unit) that get buckets (default DefaultMaxOverrides; negative:
 	// none). A process keeps the first it sees; a new one past the cap is

@@ -37,8 +37,11 @@ type ServeOptions struct {
 	StoreTimeout time.Duration
 	LogFormat    string
 	GRPC         string // Envoy RateLimitService address; "" for none
-	Config       string // envoyproxy/ratelimit rules file; "" for none
+	// Config are the envoyproxy/ratelimit rules files and directories
+	// (each -config adds one); none for no rules.
+	Config       []string
 	ConfigPoll   time.Duration
+	MergeDomains bool // -merge-domain-config
 	HTTPDomain   string
 	MaxOverrides int
 }
@@ -60,8 +63,15 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 		"bound on one store call, and on Redis dials, reads and writes")
 	fs.StringVar(&o.LogFormat, "log", "text", "log format: text or json")
 	fs.StringVar(&o.GRPC, "grpc", "", "also serve Envoy's rate-limit gRPC service (envoy.service.ratelimit.v3) on this address, e.g. 127.0.0.1:8081")
-	fs.StringVar(&o.Config, "config", "", "rules file in envoyproxy/ratelimit's YAML format, for gRPC and /allow; reloaded on SIGHUP")
-	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when its size or modification time changed and then held for one more check, checked this often (0: only on SIGHUP)")
+	fs.Func("config", "rules in envoyproxy/ratelimit's YAML format, for gRPC and /allow: a file, or a directory (every *.yaml and *.yml in it); repeat for more; reloaded on SIGHUP", func(v string) error {
+		if v == "" {
+			return errors.New("empty path")
+		}
+		o.Config = append(o.Config, v)
+		return nil
+	})
+	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when a file was added, removed, or changed its size or modification time, and then held for one more check, checked this often (0: only on SIGHUP)")
+	fs.BoolVar(&o.MergeDomains, "merge-domain-config", false, "let several -config files configure one domain, merged (as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); without it a domain in two files is an error")
 	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
 	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
 		"distinct Envoy limit overrides given buckets (a table file each with the shm store); a new one past this is answered as if absent (0: none)")
@@ -140,8 +150,8 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		extras = append(extras, WithGRPC(o.GRPC, nil))
 	}
-	if o.Config != "" {
-		log.Info("rules loaded", "file", o.Config, "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
+	if len(o.Config) > 0 {
+		log.Info("rules loaded", "file", strings.Join(cfg.Rules.Files, ","), "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
 		hup := make(chan os.Signal, 1)
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
@@ -197,11 +207,14 @@ func (o *ServeOptions) config() (service.Config, error) {
 	switch {
 	case o.ConfigPoll < 0:
 		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)
-	case o.ConfigPoll > 0 && o.Config == "":
+	case o.ConfigPoll > 0 && len(o.Config) == 0:
 		return cfg, errors.New("-config-poll needs -config")
+	case o.MergeDomains && len(o.Config) == 0:
+		return cfg, errors.New("-merge-domain-config needs -config")
 	}
-	if o.Config != "" {
-		if cfg.Rules, err = loadRules(o.Config); err != nil {
+	cfg.RulesOptions.MergeDomains = o.MergeDomains
+	if len(o.Config) > 0 {
+		if cfg.Rules, err = loadRules(o.Config, cfg.RulesOptions); err != nil {
 			return cfg, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,14 +71,15 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 	}
 }
 
-// WithRulesReload reloads the rules file at path each time sig delivers (the
-// serve command sends SIGHUP there) and, if poll > 0, whenever a check every
-// poll finds the file's size or modification time changed and then the same
-// on the next check (Windows has no
-// SIGHUP; a Kubernetes ConfigMap update swaps the file). A bad file keeps
-// the rules in force; service.Server.ReloadRules logs and counts either
+// WithRulesReload reloads the rules at paths (files and directories, as
+// -config) each time sig delivers (the serve command sends SIGHUP there)
+// and, if poll > 0, whenever a check every poll finds a file added or
+// removed, or one's size or modification time changed, and then the same on
+// the next check (Windows has no SIGHUP; a Kubernetes ConfigMap update swaps
+// the files). Every file is read again on each reload, and a bad one keeps
+// all the rules in force; service.Server.ReloadRules logs and counts either
 // outcome.
-func WithRulesReload(path string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
+func WithRulesReload(paths []string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
 	return func(ctx context.Context, srv *service.Server, _ *slog.Logger) (func(), error) {
 		ctx, cancel := context.WithCancel(ctx)
 		var tick <-chan time.Time
@@ -86,53 +88,64 @@ func WithRulesReload(path string, sig <-chan os.Signal, poll time.Duration) Serv
 			t := time.NewTicker(poll)
 			tick, stopTicker = t.C, t.Stop
 		}
-		last := fileStamp(path)
+		last := rulesStamp(paths)
 		var wg sync.WaitGroup
-		wg.Go(func() { reloadLoop(ctx, srv, path, sig, tick, last) })
+		wg.Go(func() { reloadLoop(ctx, srv, paths, sig, tick, last) })
 		return func() { cancel(); wg.Wait(); stopTicker() }, nil
 	}
 }
 
-func reloadLoop(ctx context.Context, srv *service.Server, path string, sig <-chan os.Signal, tick <-chan time.Time, last stamp) {
+func reloadLoop(ctx context.Context, srv *service.Server, paths []string, sig <-chan os.Signal, tick <-chan time.Time, last string) {
 	pending := last
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-sig:
-			last = fileStamp(path)
+			last = rulesStamp(paths)
 			pending = last
-			_ = srv.ReloadRules(path)
+			_ = srv.ReloadRules(paths...)
 		case <-tick:
-			// Why size and mtime, not a hash: a stat per poll costs nothing,
-			// and an editor or kubelet that rewrites the file changes one.
-			// Why wait for two equal readings: a file written in place is
-			// briefly truncated or half written; reloading it then would
+			// Why sizes and mtimes, not hashes: a stat per file and poll
+			// costs little, and an editor or kubelet that rewrites a file
+			// changes one. Why wait for two equal readings: a file written
+			// in place is briefly truncated or half written, and a
+			// directory is filled a file at a time; reloading then would
 			// log and count an error for nothing.
-			now := fileStamp(path)
+			now := rulesStamp(paths)
 			if now != last && now == pending {
 				last = now
-				_ = srv.ReloadRules(path)
+				_ = srv.ReloadRules(paths...)
 			}
 			pending = now
 		}
 	}
 }
 
-// stamp identifies a version of a file; the zero stamp is a missing file.
-type stamp struct{ size, modNanos int64 }
-
-func fileStamp(path string) stamp {
-	fi, err := os.Stat(path)
+// rulesStamp identifies a version of the rules at paths: the files they
+// stand for, with each one's size and modification time. A path that
+// cannot be read stamps as its error, so its coming back is a change.
+func rulesStamp(paths []string) string {
+	files, err := rules.Expand(paths)
 	if err != nil {
-		return stamp{}
+		return "error: " + err.Error()
 	}
-	return stamp{fi.Size(), fi.ModTime().UnixNano()}
+	var b strings.Builder
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: missing\n", f)
+			continue
+		}
+		fmt.Fprintf(&b, "%s %d %d\n", f, fi.Size(), fi.ModTime().UnixNano())
+	}
+	return b.String()
 }
 
-// loadRules reads the -config file; its errors name the file, line and field.
-func loadRules(path string) (*rules.Config, error) {
-	c, err := rules.Load(path)
+// loadRules reads the -config files and directories; its errors name the
+// file, line and field.
+func loadRules(paths []string, opt rules.Options) (*rules.Config, error) {
+	c, err := rules.LoadAll(paths, opt)
 	if err != nil {
 		return nil, fmt.Errorf("-config: %w", err)
 	}

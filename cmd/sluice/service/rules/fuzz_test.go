@@ -16,6 +16,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("- 1\n- 2\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    descriptors: &a\n      - key: b\n  - key: c\n    descriptors:\n      - {key: x, descriptors: *a}\n      - {key: y, descriptors: *a}\n"))
 	f.Add([]byte("domain: [d]\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    metadata: {a: [1, {b: c}], 2: null}\n    rate_limit: {name: n, replaces: [{name: m}], unit: minute, unit_multiplier: 5, requests_per_unit: 3}\n"))
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    metadata: &m {a: &l [*m]}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := rules.Parse("fuzz.yaml", data)
 		if err != nil {

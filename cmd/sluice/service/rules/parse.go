@@ -12,44 +12,74 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Parse parses rules from data; file names the source in errors. It refuses
-// what envoyproxy/ratelimit refuses (an empty domain or key, a unit missing
-// or unknown, a unit next to unlimited, a duplicate key and value on one
-// level, a domain configured twice) and, so that no typo passes silently,
-// every field it does not know. Fields that only shape envoyproxy/ratelimit's
-// statistics (detailed_metric, value_to_metric) are accepted and ignored;
-// replaces and quota_mode, which change decisions, are refused.
+// Parse parses one rules file from data; file names it in errors. It is
+// ParseAll of that one file with the zero Options.
+//
+// It refuses what envoyproxy/ratelimit refuses (an empty domain or key, a
+// unit missing or unknown, a unit next to unlimited, a duplicate key and
+// value on one level, a domain configured twice, a replaces entry that is
+// empty or names its own rule) and, so that no typo passes silently, every
+// field it does not know or finds in the wrong place. Fields that only
+// shape envoyproxy/ratelimit's statistics (detailed_metric,
+// value_to_metric) are accepted and ignored; metadata is carried on the
+// rule (Rule.Metadata) and has no effect on decisions.
 //
 // A file over MaxFileSize is refused before any of it is parsed.
 func Parse(file string, data []byte) (*Config, error) {
-	if len(data) > MaxFileSize {
-		return nil, tooBig(file)
+	return ParseAll([]Source{{Name: file, Data: data}}, Options{})
+}
+
+// ParseAll parses rules files into one Config, in order. Every error is an
+// *Error naming the file at fault; a domain configured in two files is
+// refused naming both, unless opt.MergeDomains. A file with no domain is
+// refused, as is an empty list of files.
+func ParseAll(files []Source, opt Options) (*Config, error) {
+	if len(files) == 0 {
+		return nil, &Error{Msg: "no rules file"}
 	}
-	p := &parser{file: file, c: &Config{File: file, domains: map[string]level{}}}
+	c := &Config{File: files[0].Name, domains: map[string]level{}}
+	p := &parser{c: c, opt: opt, domainFile: map[string]string{}}
+	for _, f := range files {
+		c.Files = append(c.Files, f.Name)
+		if err := p.parseFile(f.Name, f.Data); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (p *parser) parseFile(file string, data []byte) error {
+	if len(data) > MaxFileSize {
+		return tooBig(file)
+	}
+	p.file, p.aliased, p.docs = file, 0, 0
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for doc := 0; ; doc++ {
+	for {
 		var n yaml.Node
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return nil, p.yamlError(err)
+			return p.yamlError(err)
 		}
 		if err := p.document(&n); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if len(p.c.domains) == 0 {
-		return nil, &Error{File: file, Msg: "no domain configured (want \"domain: NAME\" and \"descriptors:\")"}
+	if p.docs == 0 {
+		return &Error{File: file, Msg: "no domain configured (want \"domain: NAME\" and \"descriptors:\")"}
 	}
-	return p.c, nil
+	return nil
 }
 
 type parser struct {
-	file    string
-	c       *Config
-	aliased int // descriptors read through an alias (*name), counted as expanded
+	file       string // the file being read
+	c          *Config
+	opt        Options
+	domainFile map[string]string // the file that first configured each domain
+	docs       int               // domains configured by the file being read
+	aliased    int               // descriptors read through an alias (*name), counted as expanded
 }
 
 // Bounds that keep a hostile file (recursive or exponentially nested
@@ -117,11 +147,18 @@ func (p *parser) document(doc *yaml.Node) error {
 	case domain == "":
 		return p.errf(domainNode, "domain", "empty")
 	}
-	if _, dup := p.c.domains[domain]; dup {
-		return p.errf(domainNode, "domain", "%q is configured twice", domain)
+	p.docs++
+	top, dup := p.c.domains[domain]
+	switch {
+	case dup && !p.opt.MergeDomains:
+		// Why name the first file: with a directory, the two files of one
+		// domain are otherwise a hunt.
+		return p.errf(domainNode, "domain", "%q is configured twice (first in %s; merging needs MergeDomains, -merge-domain-config)", domain, p.domainFile[domain])
+	case !dup:
+		top = level{}
+		p.c.domains[domain] = top
+		p.domainFile[domain] = p.file
 	}
-	top := level{}
-	p.c.domains[domain] = top
 	if descs == nil {
 		return nil
 	}
@@ -212,7 +249,9 @@ func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, i
 	var (
 		lv                    Level
 		keyNode, rl, children *yaml.Node
-		shadow                bool
+		shadowNode, quotaNode *yaml.Node
+		shadow, quota         bool
+		metadata              map[string]any
 	)
 	err := p.fields(d, path, func(key string, k, v *yaml.Node) error {
 		f := join(path, key)
@@ -229,16 +268,22 @@ func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, i
 			children = v
 			return nil
 		case "shadow_mode":
+			shadowNode = k
 			return p.boolean(v, f, &shadow)
+		case "quota_mode":
+			quotaNode = k
+			return p.boolean(v, f, &quota)
+		case "metadata":
+			var err error
+			metadata, err = p.metadata(v, f)
+			return err
 		case "share_threshold":
 			return p.boolean(v, f, &lv.Share)
 		case "detailed_metric", "value_to_metric":
 			var ignored bool
 			return p.boolean(v, f, &ignored)
-		case "quota_mode":
-			return p.errf(k, f, "not supported by sluice")
 		}
-		return p.errf(k, f, "unknown field (want key, value, rate_limit, shadow_mode, share_threshold or descriptors)")
+		return p.errf(k, f, "unknown field (want key, value, rate_limit, shadow_mode, quota_mode, share_threshold, metadata or descriptors)")
 	})
 	if err != nil {
 		return err
@@ -281,13 +326,21 @@ func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, i
 		if err != nil {
 			return err
 		}
-		r.Shadow = shadow
-		r.Line = d.Line
+		r.Shadow, r.QuotaMode, r.Metadata = shadow, quota, metadata
+		r.File, r.Line = p.file, d.Line
 		r.Index = len(p.c.Rules)
 		p.c.Rules = append(p.c.Rules, r)
 		n.rule = r
-	} else if shadow {
-		return p.errf(d, join(path, "shadow_mode"), "needs a rate_limit on the same descriptor")
+	} else {
+		// Why refuse what envoyproxy/ratelimit ignores: a flag on a
+		// descriptor without rate_limit does nothing, and is most often
+		// one indented a level too deep or too shallow.
+		switch {
+		case shadow:
+			return p.errf(shadowNode, join(path, "shadow_mode"), "needs a rate_limit on the same descriptor")
+		case quota:
+			return p.errf(quotaNode, join(path, "quota_mode"), "needs a rate_limit on the same descriptor")
+		}
 	}
 	if children != nil {
 		return p.descriptors(children, join(path, "descriptors"), domain, levels, n.children, aliased)
@@ -297,7 +350,7 @@ func (p *parser) descriptor(d *yaml.Node, path, domain string, parent []Level, i
 
 func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*Rule, error) {
 	r := &Rule{Domain: domain, Path: levels}
-	var unitNode, rpuNode, unlNode *yaml.Node
+	var unitNode, rpuNode, unlNode, multNode *yaml.Node
 	var unit string
 	err := p.fields(m, path, func(key string, k, v *yaml.Node) error {
 		f := join(path, key)
@@ -317,15 +370,31 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 		case "unlimited":
 			unlNode = v
 			return p.boolean(v, f, &r.Unlimited)
+		case "unit_multiplier":
+			v = deref(v)
+			multNode = v
+			n, ok := wholeNumber(v)
+			if !ok || n < 1 || n > math.MaxUint32 {
+				return p.errf(v, f, "%q is not a whole number from 1 to %d", v.Value, uint32(math.MaxUint32))
+			}
+			r.UnitMultiplier = uint32(n)
+			return nil
 		case "name":
 			return p.str(v, f, &r.Name)
 		case "replaces":
-			return p.errf(k, f, "not supported by sluice")
+			return p.replaces(v, f, &r.Replaces)
 		}
-		return p.errf(k, f, "unknown field (want unit, requests_per_unit, unlimited or name)")
+		return p.errf(k, f, "unknown field (want unit, requests_per_unit, unit_multiplier, unlimited, name or replaces)")
 	})
 	if err != nil {
 		return nil, err
+	}
+	r.Named = r.Name != ""
+	for i, name := range r.Replaces {
+		// Why only after every field: name may follow replaces.
+		if r.Named && name == r.Name {
+			return nil, p.errf(m, fmt.Sprintf("%s.replaces[%d].name", path, i), "%q is this rule's own name", name)
+		}
 	}
 	if r.Name == "" {
 		var b strings.Builder
@@ -346,6 +415,8 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 			return nil, p.errf(unitNode, join(path, "unit"), "must not be given with unlimited: true")
 		case rpuNode != nil:
 			return nil, p.errf(rpuNode, join(path, "requests_per_unit"), "must not be given with unlimited: true")
+		case multNode != nil:
+			return nil, p.errf(multNode, join(path, "unit_multiplier"), "must not be given with unlimited: true")
 		}
 		return r, nil
 	}
@@ -365,7 +436,7 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 	}
 	if pol, ok := r.Policy(); ok {
 		if err := pol.Validate(); err != nil {
-			return nil, p.errf(rpuNode, path, "%d per %s: %v", r.RequestsPerUnit, r.Unit, err)
+			return nil, p.errf(rpuNode, path, "%d per %s: %v", r.RequestsPerUnit, r.per(), err)
 		}
 	}
 	return r, nil
@@ -392,4 +463,87 @@ func wholeNumber(v *yaml.Node) (int64, bool) {
 		return int64(f), true
 	}
 	return 0, false
+}
+
+// replaces reads rate_limit.replaces: a list of {name: NAME}. An empty name
+// is refused, as envoyproxy/ratelimit does.
+func (p *parser) replaces(seq *yaml.Node, path string, out *[]string) error {
+	seq = deref(seq)
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return p.errf(seq, path, "want a list of {name: NAME}")
+	}
+	for i, e := range seq.Content {
+		f := fmt.Sprintf("%s[%d]", path, i)
+		var name string
+		err := p.fields(e, f, func(key string, k, v *yaml.Node) error {
+			if key != "name" {
+				return p.errf(k, join(f, key), "unknown field (want name)")
+			}
+			if d := deref(v); d.Kind == yaml.ScalarNode && d.Tag == "!!null" {
+				return nil // "- name:" with nothing after: empty, refused below
+			}
+			return p.str(v, join(f, key), &name)
+		})
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			return p.errf(deref(e), join(f, "name"), "empty or missing (want the rate_limit.name of the rule replaced)")
+		}
+		*out = append(*out, name)
+	}
+	return nil
+}
+
+// metadata reads a descriptor's metadata: any mapping, kept as plain Go
+// values (maps with string keys, lists, strings, numbers, booleans, nil).
+func (p *parser) metadata(v *yaml.Node, path string) (map[string]any, error) {
+	d := deref(v)
+	if d.Kind == yaml.ScalarNode && d.Tag == "!!null" {
+		return nil, nil
+	}
+	if d.Kind != yaml.MappingNode {
+		return nil, p.errf(d, path, "want a mapping")
+	}
+	var m map[any]any
+	if err := d.Decode(&m); err != nil {
+		return nil, p.errf(d, path, "%v", err)
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	return plainMap(m), nil
+}
+
+// plainMap gives a decoded mapping string keys throughout (a key 1 becomes
+// "1"), as envoyproxy/ratelimit does before it makes a protobuf Struct.
+func plainMap(m map[any]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[fmt.Sprint(k)] = plainValue(v)
+	}
+	return out
+}
+
+func plainValue(v any) any {
+	switch v := v.(type) {
+	case map[any]any:
+		return plainMap(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[k] = plainValue(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = plainValue(e)
+		}
+		return out
+	}
+	return v
 }

@@ -24,6 +24,9 @@
 // entry matched by value, a failure further down does not retry the
 // key-only branch (as in envoyproxy/ratelimit).
 //
+// Several files (and directories of them) load into one Config with
+// LoadAll; a domain in two files is refused unless Options.MergeDomains.
+//
 // A Config is immutable once loaded and safe for concurrent use.
 package rules
 
@@ -31,8 +34,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -85,13 +86,29 @@ type Rule struct {
 	Path   []Level // from the top level down to this rule
 	// Name labels the rule in metrics: rate_limit.name when given, else
 	// the domain and path ("messaging.message_type_marketing.to_number").
-	Name            string
+	Name string
+	// Named says Name is the file's rate_limit.name. Only a named rule
+	// reports its name in Envoy's current_limit and can be replaced.
+	Named           bool
 	RequestsPerUnit uint32
 	Unit            Unit // "" when Unlimited
-	Unlimited       bool // always allowed, never counted
-	Shadow          bool // shadow_mode: decided and counted, never denied
-	Line            int  // where the rule starts in its file
-	Index           int  // position in Config.Rules
+	// UnitMultiplier stretches the period to UnitMultiplier units (10 per
+	// 5 minutes); 0 and 1 both mean one unit.
+	UnitMultiplier uint32
+	Unlimited      bool // always allowed, never counted
+	Shadow         bool // shadow_mode: decided and counted, never denied
+	// QuotaMode (quota_mode) lets the rule's OVER_LIMIT leave the request
+	// as a whole OK unless every quota-mode descriptor of it is over.
+	QuotaMode bool
+	// Replaces names the rules (by rate_limit.name) whose limits this rule,
+	// when a request matches it, removes from the request's answer.
+	Replaces []string
+	// Metadata is the descriptor's metadata mapping, as written; it has no
+	// effect on decisions. Nil when the file gives none.
+	Metadata map[string]any
+	File     string // the file the rule is read from
+	Line     int    // where the rule starts in its file
+	Index    int    // position in Config.Rules
 	// Override marks a rule made for an Envoy limit override rather than
 	// read from a file: its buckets never share a key with a file's rule
 	// (see BucketKey).
@@ -107,14 +124,40 @@ func (r *Rule) Policy() (p store.Policy, ok bool) {
 		return store.Policy{}, false
 	}
 	n := int64(r.RequestsPerUnit)
-	return store.Policy{Name: r.Name, Rate: float64(n) / r.Unit.Duration().Seconds(), Burst: n}, true
+	return store.Policy{Name: r.Name, Rate: float64(n) / r.Period().Seconds(), Burst: n}, true
 }
 
-// Config is a loaded rules file.
+// Period is the span requests_per_unit refill over: the unit times
+// UnitMultiplier. Zero for an unlimited rule.
+func (r *Rule) Period() time.Duration {
+	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
+}
+
+// per is the period as written: "minute", or "5 minute" with a multiplier.
+func (r *Rule) per() string {
+	if r.UnitMultiplier > 1 {
+		return strconv.FormatUint(uint64(r.UnitMultiplier), 10) + " " + string(r.Unit)
+	}
+	return string(r.Unit)
+}
+
+// Config is a set of loaded rules files.
 type Config struct {
+	// File is the first file read, Files all of them in the order read.
 	File    string
+	Files   []string
 	Rules   []*Rule
 	domains map[string]level
+}
+
+// HasDomain reports whether the rules configure domain. A nil Config has
+// no domain.
+func (c *Config) HasDomain(domain string) bool {
+	if c == nil {
+		return false
+	}
+	_, ok := c.domains[domain]
+	return ok
 }
 
 // Domains reports the domains the file configures, in file order.
@@ -239,7 +282,8 @@ const (
 // BucketKey is the store key of the bucket a descriptor matched by r counts
 // against when api asks: the API, the domain, each entry's key and value
 // (a shared wildcard's pattern instead of the value), and r's limit, as in
-// "rls:edge|remote_address=198.51.100.7|20/second". Two descriptors share a
+// "rls:edge|remote_address=198.51.100.7|20/second" (with a unit_multiplier
+// of 5, "20/5second"). Two descriptors share a
 // bucket exactly when their keys are equal; a rule whose limit changes on
 // reload starts a new bucket (full), one whose limit stays keeps its state.
 //
@@ -272,6 +316,9 @@ func BucketKey[E Entry](api API, r *Rule, entries []E) string {
 	}
 	b.WriteString(strconv.FormatUint(uint64(r.RequestsPerUnit), 10))
 	b.WriteByte('/')
+	if r.UnitMultiplier > 1 {
+		b.WriteString(strconv.FormatUint(uint64(r.UnitMultiplier), 10))
+	}
 	b.WriteString(string(r.Unit))
 	if b.Len() < MaxBucketKeyLen {
 		return b.String()
@@ -301,7 +348,7 @@ func escape(b *strings.Builder, s, special string) {
 
 // Error is a problem in a rules file, with the line and the field at fault.
 type Error struct {
-	File  string
+	File  string // "" when no file is at fault (no file given)
 	Line  int    // 1-based; 0 when the whole file is at fault
 	Field string // for example "descriptors[1].rate_limit.unit"
 	Msg   string
@@ -309,12 +356,14 @@ type Error struct {
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		b.WriteByte(':')
-		b.WriteString(strconv.Itoa(e.Line))
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			b.WriteByte(':')
+			b.WriteString(strconv.Itoa(e.Line))
+		}
+		b.WriteString(": ")
 	}
-	b.WriteString(": ")
 	if e.Field != "" {
 		b.WriteString(e.Field)
 		b.WriteString(": ")
@@ -338,21 +387,11 @@ func tooBig(file string) error {
 // Load reads and parses the rules file at path. Every error is an *Error
 // naming the file, or wraps the error that kept the file from being read. A
 // file over MaxFileSize is refused without reading more than MaxFileSize+1
-// bytes of it.
+// bytes of it. LoadAll reads several files and directories.
 func Load(path string) (*Config, error) {
-	f, err := os.Open(path)
+	data, err := readCapped(path)
 	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	defer f.Close()
-	// Why read through a limit rather than trust Stat's size alone: the
-	// file may grow between the two, or be a pipe or device with no size.
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	if len(data) > MaxFileSize {
-		return nil, tooBig(path)
+		return nil, err
 	}
 	return Parse(path, data)
 }

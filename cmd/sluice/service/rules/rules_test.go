@@ -348,12 +348,26 @@ func TestParseErrors(t *testing.T) {
 			`f.yaml:6: descriptors[0].descriptors[0].rate_limit.unit: "fortnight" is not a unit`},
 		{"year", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
 			`f.yaml:4: descriptors[0].rate_limit: 1 per year: burst 1 at rate`},
-		{"replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: x}]\n",
-			`f.yaml:7: descriptors[0].rate_limit.replaces: not supported`},
+		{"replaces not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: x\n",
+			`f.yaml:7: descriptors[0].rate_limit.replaces: want a list of {name: NAME}`},
+		{"replaces unknown field", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{nam: x}]\n",
+			`f.yaml:7: descriptors[0].rate_limit.replaces[0].nam: unknown field (want name)`},
+		{"replaces own name, name after", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: n}], name: n}\n",
+			`f.yaml:4: descriptors[0].rate_limit.replaces[0].name: "n" is this rule's own name`},
+		{"quota without rate_limit", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n",
+			`f.yaml:4: descriptors[0].quota_mode: needs a rate_limit on the same descriptor`},
+		{"unit_multiplier 0", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, unit_multiplier: 0, requests_per_unit: 1}\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit_multiplier: "0" is not a whole number from 1 to 4294967295`},
+		{"unit_multiplier with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 5}\n",
+			`f.yaml:4: descriptors[0].rate_limit.unit_multiplier: must not be given with unlimited: true`},
+		{"unit_multiplier past the stores' bound", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 60, requests_per_unit: 1}\n",
+			`f.yaml:4: descriptors[0].rate_limit: 1 per 60 day: burst 1 at rate`},
+		{"metadata not a mapping", "domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n",
+			`f.yaml:4: descriptors[0].metadata: want a mapping`},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
 			`f.yaml:3: descriptors[0].share_threshold: needs a value with a '*' wildcard`},
 		{"syntax", "domain: d\ndescriptors:\n  - key: [\n", `f.yaml:3: bad YAML`},
-		{"domain twice", "domain: d\n---\ndomain: d\n", `f.yaml:3: domain: "d" is configured twice`},
+		{"domain twice", "domain: d\n---\ndomain: d\n", `f.yaml:3: domain: "d" is configured twice (first in f.yaml`},
 		{"empty file", "", `f.yaml: no domain configured`},
 		{"shadow bool", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: sometimes\n",
 			`f.yaml:4: descriptors[0].shadow_mode: "sometimes" is not true or false`},
@@ -414,4 +428,54 @@ func TestLoad(t *testing.T) {
 	assert.Equal(t, p, c.File)
 	_, err = rules.Load(filepath.Join(t.TempDir(), "missing.yaml"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// The fields envoyproxy/ratelimit accepts beyond a limit: metadata (any
+// mapping, carried), quota_mode, replaces and a name; and unit_multiplier,
+// which stretches the period.
+func TestParseRuleFields(t *testing.T) {
+	c, err := rules.Parse("f.yaml", []byte(`
+domain: d
+descriptors:
+  - key: a
+    quota_mode: true
+    metadata: {team: blue, 1: one, tags: [x, {y: 2}], nothing: null}
+    rate_limit:
+      name: wide
+      unit: minute
+      unit_multiplier: 5
+      requests_per_unit: 10
+  - key: b
+    rate_limit:
+      replaces: [{name: wide}, {name: other}]
+      unit: hour
+      unit_multiplier: 1
+      requests_per_unit: 2
+  - key: c
+    metadata: {}
+    rate_limit: {unit: hour, requests_per_unit: 2, replaces: null}
+`))
+	require.NoError(t, err)
+	a, b, cr := c.Rules[0], c.Rules[1], c.Rules[2]
+	assert.True(t, a.QuotaMode)
+	assert.True(t, a.Named)
+	assert.Equal(t, "wide", a.Name)
+	assert.Equal(t, map[string]any{"team": "blue", "1": "one", "tags": []any{"x", map[string]any{"y": 2}}, "nothing": nil}, a.Metadata)
+	assert.Equal(t, 5*time.Minute, a.Period())
+	p, ok := a.Policy()
+	require.True(t, ok)
+	assert.InDelta(t, 10.0/300, p.Rate, 1e-12)
+	assert.EqualValues(t, 10, p.Burst)
+	assert.Equal(t, "rls:d|a=x|10/5minute", rules.BucketKey(rules.RLS, a, kv("a", "x")))
+
+	assert.False(t, b.Named)
+	assert.Equal(t, "d.b", b.Name, "the metrics label of an unnamed rule")
+	assert.Equal(t, []string{"wide", "other"}, b.Replaces)
+	assert.Equal(t, time.Hour, b.Period())
+	assert.Equal(t, "rls:d|b=x|2/hour", rules.BucketKey(rules.RLS, b, kv("b", "x")), "a multiplier of 1 keeps the key")
+	assert.False(t, b.QuotaMode)
+	assert.Nil(t, b.Metadata)
+	assert.Nil(t, cr.Metadata)
+	assert.Nil(t, cr.Replaces)
+	assert.Equal(t, "f.yaml", a.File)
 }
