@@ -10,7 +10,6 @@
 package httplimittest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -124,7 +123,7 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		if sched.InLoop(ctx) {
 			return nil, ErrLatencyInLoop
 		}
-		if err := sleep(ctx, u.delay); err != nil {
+		if err := sched.Sleep(ctx, u.delay); err != nil { // not a loop's ctx: a timer
 			return nil, err
 		}
 	}
@@ -152,17 +151,6 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:    http.NoBody,
 		Request: req,
 	}, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // decide takes a token if there is one, reporting the quota in force and,
