@@ -30,10 +30,10 @@ var gcraSkips = map[string]string{
 }
 
 // TestGCRACases runs the shared GCRA table against TryAcquire on a mock
-// clock: once deciding with TryAcquire alone (the lock-free path, which
-// a new limiter starts on for these rates), once
-// also reading Tokens after each step (which takes the queue's lock, so
-// later steps may decide on the locked path).
+// clock: once deciding with TryAcquire alone (the lock-free path, which a
+// new limiter starts on for these rates), once also reading Tokens after
+// each step (which takes the queue's lock, so later steps may decide on
+// the locked path).
 func TestGCRACases(t *testing.T) {
 	for _, c := range gcratest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
