@@ -3,9 +3,13 @@
 //
 // A Store answers one question per request: may key spend cost tokens under
 // policy p now? Every implementation (the in-process Memory store, the shared-
-// memory store over package sharedbucket, and the Redis store) applies exactly
-// the same GCRA rule, written once in [Decide], so they differ only in where the
-// one int64 per key lives and whose clock "now" is read from.
+// memory store over package sharedbucket, and the Redis store) applies the
+// same GCRA rule ([Decide] here, sharedbucket's table, the Redis store's Lua
+// script), held to one table of cases that each of them passes, so they
+// differ only in where the one int64 per key lives and whose clock "now" is
+// read from. (One difference remains: the interval of a rate that is not a
+// whole number of nanoseconds is rounded to the nearest nanosecond here and in
+// the Redis store, and up in sharedbucket.)
 package store
 
 import (
