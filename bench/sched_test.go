@@ -47,9 +47,14 @@ func acquireUnder(ctx context.Context, kind string, lim *ratelimiter.Limiter) er
 // machine leaves out the time other processes ran.
 // kind=goroutines/x-time-rate is the baseline: N goroutines each waiting on
 // one golang.org/x/time/rate limiter of the same rate and burst under
-// context.WithTimeout, on real time (at least N µs of it: 1e6/s).
+// context.WithTimeout, on real time (at least N µs of it: 1e6/s). Those
+// goroutines end about as fast as they start, so few are alive at once;
+// kind=goroutines/all-parked is the baseline of the same shape as the
+// fibers': N goroutines all parked on one channel before the first is
+// released, then released one at a time (N stacks live at once, as N
+// parked fibers hold).
 //
-//	for i in 1 2 3 4 5; do go test -run '^$' -bench RunLoopScaling -benchmem ./sched; done
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench RunLoopScaling -benchmem ./bench; done
 func BenchmarkRunLoopScaling(b *testing.B) {
 	for _, kind := range scaleKinds {
 		for _, n := range scaleFibers {
@@ -103,6 +108,29 @@ func BenchmarkRunLoopScaling(b *testing.B) {
 					b.Fatal(err)
 				default:
 				}
+			}
+			reportPerFiber(b, n, cpuTime()-cpu0)
+		})
+	}
+	for _, n := range scaleFibers {
+		b.Run(fmt.Sprintf("kind=goroutines/all-parked/fibers=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				release := make(chan struct{})
+				var started, done sync.WaitGroup
+				started.Add(n)
+				for range n {
+					done.Go(func() {
+						started.Done()
+						<-release
+					})
+				}
+				started.Wait()
+				for range n {
+					release <- struct{}{}
+				}
+				done.Wait()
 			}
 			reportPerFiber(b, n, cpuTime()-cpu0)
 		})
