@@ -69,37 +69,18 @@ func BenchmarkLoopback(b *testing.B) {
 	}
 	b.Run("floor", func(b *testing.B) { loopback(b, bareServer(b, floor)) })
 	b.Run("floor-headers", func(b *testing.B) { loopback(b, bareServer(b, floorHeaders)) })
-	b.Run("serve-memory", func(b *testing.B) {
-		ctx, cancel := context.WithCancel(context.Background())
-		addr := make(chan string, 1)
-		done := make(chan error, 1)
-		c := cfg()
-		go func() {
-			done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, func(a net.Addr) { addr <- a.String() })
-		}()
-		a := <-addr
-		b.Cleanup(func() { cancel(); <-done; c.Store.Close() })
-		loopback(b, a)
-	})
+	b.Run("serve-memory", func(b *testing.B) { loopback(b, runServer(b, cfg())) })
 	b.Run("serve-redis", func(b *testing.B) {
 		srv := redistest.Start(b)
 		st, err := redisstore.Open(srv.URL())
 		if err != nil {
 			b.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		addr := make(chan string, 1)
-		done := make(chan error, 1)
 		c := cfg()
 		c.Store.Close()
 		c.Store = st
 		c.StoreTimeout = 5 * time.Second // a stall is not a failed-closed 503
-		go func() {
-			done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, func(a net.Addr) { addr <- a.String() })
-		}()
-		a := <-addr
-		b.Cleanup(func() { cancel(); <-done; st.Close() })
-		loopback(b, a)
+		loopback(b, runServer(b, c))
 	})
 	b.Run("handler-memory", func(b *testing.B) {
 		c := cfg()
@@ -110,6 +91,20 @@ func BenchmarkLoopback(b *testing.B) {
 		b.Cleanup(func() { c.Store.Close() })
 		loopback(b, bareServer(b, srv))
 	})
+}
+
+// runServer runs RunServer with c on a loopback port until b ends (closing
+// c.Store then) and returns its address.
+func runServer(b *testing.B, c service.Config) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, func(a net.Addr) { addr <- a.String() })
+	}()
+	a := <-addr
+	b.Cleanup(func() { cancel(); <-done; c.Store.Close() })
+	return a
 }
 
 func bareServer(b *testing.B, h http.Handler) string {
