@@ -134,11 +134,9 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 			// Run is stopping this fiber. A wait it was in ends as a
 			// cancellation, so the owner's OnCancel takes it out of its
 			// queue and passes on what it held: nothing is lost.
+			// Nobody waits to be resumed: this fiber unwinds instead.
 			if w != nil {
-				gen := w.gen()
-				if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) && w.OnCancel != nil {
-					w.OnCancel()
-				}
+				w.tryCancel(w.gen())
 			}
 			panic(errKilled)
 		}

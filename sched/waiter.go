@@ -111,15 +111,29 @@ func (w *Waiter) Wake() bool {
 	}
 }
 
-// cancelGen cancels the wait of generation gen if it is still pending.
-func (w *Waiter) cancelGen(gen uint64) {
+// tryCancel ends the wait of generation gen as cancelled if it is still
+// pending, and then runs OnCancel. It reports whether it did; false means
+// Wake won (or gen is an earlier use of w) and nothing was done. This one
+// compare-and-swap is what makes exactly one of Wake and cancellation win,
+// and it carries the generation so a late cancel of an earlier use fails.
+// The caller resumes the waiting caller if that is someone else (cancelGen);
+// a caller cancelling its own wait just returns.
+func (w *Waiter) tryCancel(gen uint64) bool {
 	if !w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-		return
+		return false
 	}
 	if w.OnCancel != nil {
 		w.OnCancel()
 	}
-	w.resume()
+	return true
+}
+
+// cancelGen cancels the wait of generation gen if it is still pending, and
+// lets the waiting caller go on.
+func (w *Waiter) cancelGen(gen uint64) {
+	if w.tryCancel(gen) {
+		w.resume()
+	}
 }
 
 // resume lets the waiting caller go on, after exactly one state transition.
@@ -148,10 +162,7 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	)
 	if done != nil {
 		if ctx.Err() != nil {
-			if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-				if w.OnCancel != nil {
-					w.OnCancel()
-				}
+			if w.tryCancel(gen) {
 				return ctx.Err()
 			}
 			// Woken first: the wake has queued us; take that turn below.
@@ -193,10 +204,7 @@ func (w *Waiter) waitGoroutine(ctx context.Context) error {
 	case <-w.ch:
 		return nil
 	case <-done:
-		if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-			if w.OnCancel != nil {
-				w.OnCancel()
-			}
+		if w.tryCancel(gen) {
 			return ctx.Err()
 		}
 		<-w.ch // Wake won the race; its send is on the way
