@@ -37,6 +37,8 @@ const (
 // The zero value is ready for Prepare. A Waiter may be reused once Wait has
 // returned and nobody else refers to it. It must not be copied after first use.
 type Waiter struct {
+	ctxNode node // in ctx.waiters, guarded by ctx.mu; first, see list
+
 	// Reason says what the caller waits for, as shown in a DeadlockError
 	// (for example "semaphore.Acquire"). N, if non-zero, is shown as " n=N".
 	Reason string
@@ -55,8 +57,7 @@ type Waiter struct {
 	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
 
 	// Registration with a loop context, guarded by that context's mu.
-	ctx              *loopCtx
-	ctxPrev, ctxNext *Waiter
+	ctx *loopCtx
 }
 
 type waiterGen struct {
@@ -210,31 +211,4 @@ func (w *Waiter) waitGoroutine(ctx context.Context) error {
 		<-w.ch // Wake won the race; its send is on the way
 		return nil
 	}
-}
-
-// waiterList is an intrusive doubly linked list of Waiters.
-type waiterList struct{ head, tail *Waiter }
-
-func (q *waiterList) push(w *Waiter) {
-	w.ctxPrev, w.ctxNext = q.tail, nil
-	if q.tail != nil {
-		q.tail.ctxNext = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-}
-
-func (q *waiterList) remove(w *Waiter) {
-	if w.ctxPrev != nil {
-		w.ctxPrev.ctxNext = w.ctxNext
-	} else {
-		q.head = w.ctxNext
-	}
-	if w.ctxNext != nil {
-		w.ctxNext.ctxPrev = w.ctxPrev
-	} else {
-		q.tail = w.ctxPrev
-	}
-	w.ctxPrev, w.ctxNext = nil, nil
 }
