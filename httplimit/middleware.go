@@ -203,11 +203,8 @@ func newPolicy(p store.Policy, name string) (*limitresponse.Policy, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}
-	for i := 0; i < len(p.Name); i++ {
-		// The name goes into a header as a structured-field string.
-		if c := p.Name[i]; c < 0x20 || c > 0x7e {
-			return nil, fmt.Errorf("httplimit: policy name %q: must be printable ASCII", p.Name)
-		}
+	if err := limitresponse.CheckName(p.Name); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	return limitresponse.NewPolicy(p), nil
 }

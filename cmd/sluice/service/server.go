@@ -119,6 +119,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Default.Validate(); err != nil {
 		return nil, fmt.Errorf("service: default policy: %w", err)
 	}
+	if err := limitresponse.CheckName(cfg.Default.Name); err != nil {
+		return nil, fmt.Errorf("service: default policy: %w", err)
+	}
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = DefaultStoreTimeout
 	}
@@ -148,6 +151,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		if p.Name == "" {
 			p.Name = policyName(k, 0)
+		} else if err := limitresponse.CheckName(p.Name); err != nil {
+			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
 		}
 		e := s.entry(p)
 		s.byKey[k] = &e
