@@ -1,15 +1,14 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
@@ -45,9 +44,8 @@ type Middleware struct {
 	key       func(*http.Request) (string, error)
 	prefix    string
 	failOpen  bool
-	timeout   time.Duration // 0 for in-process stores: they never wait
+	gate      *decide.Gate // the store call, its timeout and the fail mode
 	log       *slog.Logger
-	storeDown atomic.Bool // for logging transitions only
 }
 
 // MiddlewareOption configures NewMiddleware.
@@ -168,12 +166,10 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, timeout: c.timeout, log: c.log, key: c.key}
+	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, log: c.log, key: c.key,
+		gate: decide.New(decide.Config{Store: s, Timeout: c.timeout, FailOpen: c.failOpen})}
 	if m.log == nil {
 		m.log = slog.Default()
-	}
-	if _, ok := s.(store.InProcess); ok {
-		m.timeout = 0
 	}
 	if m.key == nil {
 		k, err := newIPKeyer(c.trusted, c.proxyHeader, c.v6bits)
@@ -242,35 +238,32 @@ func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	if m.prefix != "" {
 		key = m.prefix + key
 	}
-	ctx := r.Context()
-	if m.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.timeout)
-		defer cancel()
-	}
-	res, err := m.store.Allow(ctx, key, 1, e.Policy())
-	if err != nil {
-		if r.Context().Err() != nil {
-			return false // the client went away mid-call: nobody to answer
-		}
-		if m.storeDown.CompareAndSwap(false, true) {
+	d := m.gate.Allow(r.Context(), key, 1, e.Policy())
+	switch d.Outcome {
+	case decide.Gone:
+		return false // the client went away mid-call: nobody to answer
+	case decide.Refused: // cannot happen: cost 1 never exceeds a valid burst
+		limitresponse.WriteError(w, http.StatusBadRequest, d.Err.Error())
+		return false
+	case decide.Degraded:
+		if d.Change == decide.Failing {
 			m.log.Error("httplimit: store failing; requests follow the fail mode",
-				"store", m.store.Name(), "err", err, "fail_open", m.failOpen)
+				"store", m.store.Name(), "err", d.Err, "fail_open", m.failOpen)
 		}
-		if m.failOpen {
+		if d.Allowed {
 			e.SetDegradedHeaders(w.Header(), true)
 			return true
 		}
 		e.WriteDegraded(w, false)
 		return false
 	}
-	if m.storeDown.Load() && m.storeDown.CompareAndSwap(true, false) {
+	if d.Change == decide.Recovered {
 		m.log.Info("httplimit: store recovered", "store", m.store.Name())
 	}
-	if !res.Allowed {
-		e.WriteDecision(w, res, false)
+	if !d.Allowed {
+		e.WriteDecision(w, d.Result, false)
 		return false
 	}
-	e.SetHeaders(w.Header(), res)
+	e.SetHeaders(w.Header(), d.Result)
 	return true
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
@@ -91,11 +92,10 @@ type Server struct {
 	storeLat prometheus.Observer
 	storeErr prometheus.Counter
 
-	inProcess bool // the store never waits: no per-call timeout needed
+	gate *decide.Gate // the store call, StoreTimeout and the fail mode
 
 	// What /stats and Stats report; see Stats.
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
-	storeDown                                         atomic.Bool // for logging transitions only
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
@@ -161,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initRules(); err != nil {
 		return nil, err
 	}
-	_, s.inProcess = cfg.Store.(store.InProcess)
+	s.gate = decide.New(decide.Config{Store: cfg.Store, Timeout: cfg.StoreTimeout, FailOpen: cfg.FailOpen, Timed: true})
 	if r, ok := cfg.Store.(EvictionReporter); ok {
 		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
 	}
