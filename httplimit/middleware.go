@@ -38,14 +38,14 @@ const DefaultStoreTimeout = 250 * time.Millisecond
 // with Retry-After: 1), and the outage is logged once when it starts and once
 // when it ends.
 type Middleware struct {
-	store     store.Store
-	def       *limitresponse.Policy
-	byKey     map[string]*limitresponse.Policy // read-only after NewMiddleware
-	key       func(*http.Request) (string, error)
-	prefix    string
-	failOpen  bool
-	gate      *decide.Gate // the store call, its timeout and the fail mode
-	log       *slog.Logger
+	store    store.Store
+	def      *limitresponse.Policy
+	byKey    map[string]*limitresponse.Policy // read-only after NewMiddleware
+	key      func(*http.Request) (string, error)
+	prefix   string
+	failOpen bool
+	gate     *decide.Gate // the store call, its timeout and the fail mode
+	log      *slog.Logger
 }
 
 // MiddlewareOption configures NewMiddleware.
