@@ -147,7 +147,9 @@ func StoreTimeout(d time.Duration) MiddlewareOption {
 func Logger(l *slog.Logger) MiddlewareOption { return func(c *mwConfig) { c.log = l } }
 
 // NewMiddleware returns a Middleware that limits each key to p over s. The
-// policy is named "default" when p.Name is empty.
+// policy is named "default" when p.Name is empty. A policy name must be
+// printable ASCII (it is sent in RateLimit-Policy), the rule `sluice serve`
+// applies too.
 func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Middleware, error) {
 	if s == nil {
 		return nil, errors.New("httplimit: store is nil")

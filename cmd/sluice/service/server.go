@@ -31,9 +31,12 @@ const (
 
 // Config configures a Server. Store and Default are required.
 type Config struct {
-	Store   store.Store
-	Default store.Policy            // for keys not in Limits; Name defaults to "default"
-	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns
+	Store store.Store
+	// Default is the policy of keys not in Limits; its Name defaults to
+	// "default". Policy names must be printable ASCII (they are sent in
+	// RateLimit-Policy), the rule httplimit applies too.
+	Default store.Policy
+	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns (an empty Name is named as ParseLimits names it)
 	// Shadow makes the server decide and count but answer every decision as
 	// allowed (the response carries "shadow_denied":true where it would deny).
 	Shadow bool
