@@ -36,7 +36,9 @@ type Config struct {
 	// "default". Policy names must be printable ASCII (they are sent in
 	// RateLimit-Policy), the rule httplimit applies too.
 	Default store.Policy
-	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns (an empty Name is named as ParseLimits names it)
+	// Limits are per-key overrides, as ParseLimits returns them; an empty
+	// Name becomes the key, or "limit-1" when the key is not a valid name.
+	Limits map[string]store.Policy
 	// Shadow makes the server decide and count but answer every decision as
 	// allowed (the response carries "shadow_denied":true where it would deny).
 	Shadow bool
