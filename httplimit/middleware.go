@@ -240,7 +240,8 @@ func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	if m.prefix != "" {
 		key = m.prefix + key
 	}
-	d := m.gate.Allow(r.Context(), key, 1, e.Policy())
+	var d decide.Decision
+	m.gate.Allow(r.Context(), key, 1, e.Policy(), &d)
 	switch d.Outcome {
 	case decide.Gone:
 		return false // the client went away mid-call: nobody to answer

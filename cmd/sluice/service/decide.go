@@ -28,7 +28,8 @@ type verdict struct {
 // cost exceeds the burst (store.ErrCostExceedsBurst, which callers check
 // first).
 func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEntry, shadow bool) (verdict, error) {
-	d := s.gate.Allow(ctx, key, cost, e.p)
+	var d decide.Decision
+	s.gate.Allow(ctx, key, cost, e.p, &d)
 	s.storeLat.Observe(float64(d.Latency) / 1e9)
 	switch d.Outcome {
 	case decide.Gone:
