@@ -1,15 +1,14 @@
 package httplimit
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
@@ -39,15 +38,14 @@ const DefaultStoreTimeout = 250 * time.Millisecond
 // with Retry-After: 1), and the outage is logged once when it starts and once
 // when it ends.
 type Middleware struct {
-	store     store.Store
-	def       *limitresponse.Policy
-	byKey     map[string]*limitresponse.Policy // read-only after NewMiddleware
-	key       func(*http.Request) (string, error)
-	prefix    string
-	failOpen  bool
-	timeout   time.Duration // 0 for in-process stores: they never wait
-	log       *slog.Logger
-	storeDown atomic.Bool // for logging transitions only
+	store    store.Store
+	def      *limitresponse.Policy
+	byKey    map[string]*limitresponse.Policy // read-only after NewMiddleware
+	key      func(*http.Request) (string, error)
+	prefix   string
+	failOpen bool
+	gate     *decide.Gate // the store call, its timeout and the fail mode
+	log      *slog.Logger
 }
 
 // MiddlewareOption configures NewMiddleware.
@@ -149,7 +147,9 @@ func StoreTimeout(d time.Duration) MiddlewareOption {
 func Logger(l *slog.Logger) MiddlewareOption { return func(c *mwConfig) { c.log = l } }
 
 // NewMiddleware returns a Middleware that limits each key to p over s. The
-// policy is named "default" when p.Name is empty.
+// policy is named "default" when p.Name is empty. A policy name must be
+// printable ASCII (it is sent in RateLimit-Policy), the rule `sluice serve`
+// applies too.
 func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Middleware, error) {
 	if s == nil {
 		return nil, errors.New("httplimit: store is nil")
@@ -168,12 +168,10 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, timeout: c.timeout, log: c.log, key: c.key}
+	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, log: c.log, key: c.key,
+		gate: decide.New(decide.Config{Store: s, Timeout: c.timeout, FailOpen: c.failOpen})}
 	if m.log == nil {
 		m.log = slog.Default()
-	}
-	if _, ok := s.(store.InProcess); ok {
-		m.timeout = 0
 	}
 	if m.key == nil {
 		k, err := newIPKeyer(c.trusted, c.proxyHeader, c.v6bits)
@@ -203,11 +201,8 @@ func newPolicy(p store.Policy, name string) (*limitresponse.Policy, error) {
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 	}
-	for i := 0; i < len(p.Name); i++ {
-		// The name goes into a header as a structured-field string.
-		if c := p.Name[i]; c < 0x20 || c > 0x7e {
-			return nil, fmt.Errorf("httplimit: policy name %q: must be printable ASCII", p.Name)
-		}
+	if err := limitresponse.CheckName(p.Name); err != nil {
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	return limitresponse.NewPolicy(p), nil
 }
@@ -245,35 +240,33 @@ func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	if m.prefix != "" {
 		key = m.prefix + key
 	}
-	ctx := r.Context()
-	if m.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.timeout)
-		defer cancel()
-	}
-	res, err := m.store.Allow(ctx, key, 1, e.Policy())
-	if err != nil {
-		if r.Context().Err() != nil {
-			return false // the client went away mid-call: nobody to answer
-		}
-		if m.storeDown.CompareAndSwap(false, true) {
+	var d decide.Decision
+	m.gate.Allow(r.Context(), key, 1, e.Policy(), &d)
+	switch d.Outcome {
+	case decide.Gone:
+		return false // the client went away mid-call: nobody to answer
+	case decide.Refused: // cannot happen: cost 1 never exceeds a valid burst
+		limitresponse.WriteError(w, http.StatusBadRequest, d.Err.Error())
+		return false
+	case decide.Degraded:
+		if d.Change == decide.Failing {
 			m.log.Error("httplimit: store failing; requests follow the fail mode",
-				"store", m.store.Name(), "err", err, "fail_open", m.failOpen)
+				"store", m.store.Name(), "err", d.Err, "fail_open", m.failOpen)
 		}
-		if m.failOpen {
+		if d.Allowed {
 			e.SetDegradedHeaders(w.Header(), true)
 			return true
 		}
 		e.WriteDegraded(w, false)
 		return false
 	}
-	if m.storeDown.Load() && m.storeDown.CompareAndSwap(true, false) {
+	if d.Change == decide.Recovered {
 		m.log.Info("httplimit: store recovered", "store", m.store.Name())
 	}
-	if !res.Allowed {
-		e.WriteDecision(w, res, false)
+	if !d.Allowed {
+		e.WriteDecision(w, d.Result, false)
 		return false
 	}
-	e.SetHeaders(w.Header(), res)
+	e.SetHeaders(w.Header(), d.Result)
 	return true
 }

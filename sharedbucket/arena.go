@@ -92,6 +92,10 @@ func (a *Arena) Close() error {
 	return first
 }
 
+// validName checks a table name. Why narrower than a policy name (printable
+// ASCII, internal/limitresponse.CheckName): the name is a file name, so
+// '/', leading dots and spaces are out; every valid table name is a valid
+// policy name, which TestTableNamesArePolicyNames holds.
 func validName(name string) error {
 	if len(name) == 0 || len(name) > 128 || name[0] == '.' {
 		return fmt.Errorf("sharedbucket: table name %q: want 1 to 128 bytes, not starting with '.'", name)

@@ -9,7 +9,24 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/internal/limitresponse"
 )
+
+// TestTableNamesArePolicyNames: a table name is a file name, so its rule is
+// narrower than the policy-name rule httplimit and the service share; every
+// name an Arena accepts passes that rule too.
+func TestTableNamesArePolicyNames(t *testing.T) {
+	for c := range 256 {
+		name := "a" + string(rune(c))
+		if c >= 0x80 {
+			name = "a" + string([]byte{byte(c)})
+		}
+		if validName(name) == nil {
+			assert.NoError(t, limitresponse.CheckName(name), "%q", name)
+		}
+	}
+}
 
 func TestArena(t *testing.T) {
 	dir := tmpfsDir(t)

@@ -349,8 +349,7 @@ func ceilDiv(d, unit time.Duration) int64 {
 }
 
 // sfString quotes s as an RFC 9651 structured-field string. Policy names are
-// printable ASCII by construction (service.ParseLimits; httplimit checks its
-// own).
+// printable ASCII: every caller checks them with CheckName.
 func sfString(s string) string {
 	b := make([]byte, 0, len(s)+2)
 	b = append(b, '"')

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -21,53 +21,44 @@ type verdict struct {
 }
 
 // decide is the one decision path of both APIs: it asks the store whether
-// key may spend cost tokens under e (bounded by StoreTimeout), records the
-// store latency, counts the outcome in e's metrics and the totals, and applies
-// shadow mode and the fail mode. The error is non-nil only when no answer is
-// due: the caller's ctx ended (the client left), or cost exceeds the burst
-// (store.ErrCostExceedsBurst, which callers check first).
+// key may spend cost tokens under e through s.gate (bounded by StoreTimeout,
+// following the fail mode), records the store latency, counts the outcome in
+// e's metrics and the totals, and applies shadow mode. The error is non-nil
+// only when no answer is due: the caller's ctx ended (the client left), or
+// cost exceeds the burst (store.ErrCostExceedsBurst, which callers check
+// first).
 func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEntry, shadow bool) (verdict, error) {
-	sctx := ctx
-	if !s.inProcess {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, s.cfg.StoreTimeout)
-		defer cancel()
-	}
-	// Why monotime and not time.Now: the metric needs only the monotonic
-	// clock, and time.Now also reads the wall clock, which made these two
-	// readings a tenth of the handler's time for the memory store.
-	start := monotime.Now()
-	res, err := s.cfg.Store.Allow(sctx, key, cost, e.p)
-	s.storeLat.Observe(float64(monotime.Now()-start) / 1e9)
-	if err != nil {
-		if ctx.Err() != nil {
-			// The client went away mid-call: not the store's fault, and
-			// nobody is left to answer; count it so it is not lost.
-			s.canceled.Add(1)
-			e.counters.canceled.Inc()
-			return verdict{}, ctx.Err()
-		}
-		if errors.Is(err, store.ErrCostExceedsBurst) {
-			return verdict{}, err
-		}
+	var d decide.Decision
+	s.gate.Allow(ctx, key, cost, e.p, &d)
+	s.storeLat.Observe(float64(d.Latency) / 1e9)
+	switch d.Outcome {
+	case decide.Gone:
+		// The client went away mid-call: not the store's fault, and
+		// nobody is left to answer; count it so it is not lost.
+		s.canceled.Add(1)
+		e.counters.canceled.Inc()
+		return verdict{}, ctx.Err()
+	case decide.Refused:
+		return verdict{}, d.Err
+	case decide.Degraded:
 		s.storeErr.Inc()
 		s.degraded.Add(1)
 		e.counters.storeError.Inc()
-		if s.storeDown.CompareAndSwap(false, true) {
-			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", err,
+		if d.Change == decide.Failing {
+			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
 				"fail_open", s.cfg.FailOpen)
 		} else {
-			s.log.Debug("store error", "err", err, "key", key)
+			s.log.Debug("store error", "err", d.Err, "key", key)
 		}
-		if s.cfg.FailOpen {
+		if d.Allowed {
 			e.counters.failOpen.Inc()
 		}
-		return verdict{allowed: s.cfg.FailOpen, degraded: true}, nil
+		return verdict{allowed: d.Allowed, degraded: true}, nil
 	}
-	if s.storeDown.Load() && s.storeDown.CompareAndSwap(true, false) {
+	if d.Change == decide.Recovered {
 		s.log.Info("store recovered", "store", s.cfg.Store.Name())
 	}
-	return s.tally(e, res, shadow), nil
+	return s.tally(e, d.Result, shadow), nil
 }
 
 // tally counts a decision the store (or a rule that needs no store) made and

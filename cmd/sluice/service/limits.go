@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -79,13 +80,12 @@ func parseLimit(entry string, i int) (store.Policy, string, error) {
 }
 
 // policyName is the name a per-key policy carries in RateLimit-Policy headers
-// and metric labels: the key itself when it is plain printable ASCII (a valid
-// structured-field string), else "limit-N" after its place in -limits.
+// and metric labels: the key itself when it is a valid policy name
+// (limitresponse.CheckName, the rule httplimit applies too), else "limit-N"
+// after its place in -limits.
 func policyName(key string, i int) string {
-	for j := 0; j < len(key); j++ {
-		if c := key[j]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			return "limit-" + strconv.Itoa(i+1)
-		}
+	if limitresponse.CheckName(key) != nil {
+		return "limit-" + strconv.Itoa(i+1)
 	}
 	return key
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -26,7 +27,31 @@ func TestParseLimits(t *testing.T) {
 	assert.Empty(t, got)
 	got, err = service.ParseLimits(`"q"=1:1`)
 	require.NoError(t, err)
-	assert.Equal(t, "limit-1", got[`"q"`].Name, "a name that is not a plain sf-string")
+	assert.Equal(t, `"q"`, got[`"q"`].Name, "printable ASCII, quotes included, names itself")
+	got, err = service.ParseLimits("\u00fcber=1:1")
+	require.NoError(t, err)
+	assert.Equal(t, "limit-1", got["\u00fcber"].Name, "a key that is not a valid policy name")
+}
+
+// TestPolicyNamesOneRule: a policy name httplimit accepts is one the
+// service accepts (in Config) and keeps (for a -limits key), and the other
+// way round: both check it with the same rule.
+func TestPolicyNamesOneRule(t *testing.T) {
+	mem := store.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	for _, name := range []string{"tenant-a", "2001:db8::/64", "a b", `"q"`, `a\b`, "~", "\u00fcber", "tab\tx", "del\x7f"} {
+		t.Run(name, func(t *testing.T) {
+			_, mwErr := httplimit.NewMiddleware(mem, store.Policy{Name: name, Rate: 1, Burst: 1})
+			_, svcErr := service.New(service.Config{Store: mem, Default: store.Policy{Name: name, Rate: 1, Burst: 1}})
+			assert.Equal(t, mwErr == nil, svcErr == nil, "httplimit: %v; service: %v", mwErr, svcErr)
+			if svcErr != nil {
+				assert.ErrorContains(t, svcErr, "service: default policy: policy name")
+			}
+			got, err := service.ParseLimits(name + "=1:1")
+			require.NoError(t, err, "a key is never refused for its name")
+			assert.Equal(t, mwErr == nil, got[name].Name == name, "the key names its policy iff httplimit accepts the name (%v)", mwErr)
+		})
+	}
 }
 
 func TestParseLimitsErrorsNameTheEntry(t *testing.T) {

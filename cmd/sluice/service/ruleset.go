@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -78,10 +79,11 @@ func (s *Server) compile(c *rules.Config) (*ruleSet, error) {
 func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	e := ruleEntry{rule: r}
 	// Why: the name goes into RateLimit-Policy headers as a structured-field
-	// string, which must be printable ASCII; a rule keyed on other values
-	// is named after its line instead (gRPC's current_limit keeps r.Name).
+	// string, which must be printable ASCII (limitresponse.CheckName); a rule
+	// keyed on other values is named after its line instead (gRPC's
+	// current_limit keeps r.Name).
 	name := r.Name
-	if policyName(name, 0) != name {
+	if limitresponse.CheckName(name) != nil {
 		name = "rule-line-" + strconv.Itoa(r.Line)
 	}
 	if p, ok := r.Policy(); ok {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/internal/limitresponse"
 	"github.com/sluice-go/sluice/store"
 )
@@ -30,9 +31,14 @@ const (
 
 // Config configures a Server. Store and Default are required.
 type Config struct {
-	Store   store.Store
-	Default store.Policy            // for keys not in Limits; Name defaults to "default"
-	Limits  map[string]store.Policy // per-key overrides, as ParseLimits returns
+	Store store.Store
+	// Default is the policy of keys not in Limits; its Name defaults to
+	// "default". Policy names must be printable ASCII (they are sent in
+	// RateLimit-Policy), the rule httplimit applies too.
+	Default store.Policy
+	// Limits are per-key overrides, as ParseLimits returns them; an empty
+	// Name becomes the key, or "limit-1" when the key is not a valid name.
+	Limits map[string]store.Policy
 	// Shadow makes the server decide and count but answer every decision as
 	// allowed (the response carries "shadow_denied":true where it would deny).
 	Shadow bool
@@ -91,11 +97,10 @@ type Server struct {
 	storeLat prometheus.Observer
 	storeErr prometheus.Counter
 
-	inProcess bool // the store never waits: no per-call timeout needed
+	gate *decide.Gate // the store call, StoreTimeout and the fail mode
 
 	// What /stats and Stats report; see Stats.
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
-	storeDown                                         atomic.Bool // for logging transitions only
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
@@ -117,6 +122,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.Default.Name = "default"
 	}
 	if err := cfg.Default.Validate(); err != nil {
+		return nil, fmt.Errorf("service: default policy: %w", err)
+	}
+	if err := limitresponse.CheckName(cfg.Default.Name); err != nil {
 		return nil, fmt.Errorf("service: default policy: %w", err)
 	}
 	if cfg.StoreTimeout <= 0 {
@@ -148,6 +156,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		if p.Name == "" {
 			p.Name = policyName(k, 0)
+		} else if err := limitresponse.CheckName(p.Name); err != nil {
+			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
 		}
 		e := s.entry(p)
 		s.byKey[k] = &e
@@ -156,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initRules(); err != nil {
 		return nil, err
 	}
-	_, s.inProcess = cfg.Store.(store.InProcess)
+	s.gate = decide.New(decide.Config{Store: cfg.Store, Timeout: cfg.StoreTimeout, FailOpen: cfg.FailOpen, Timed: true})
 	if r, ok := cfg.Store.(EvictionReporter); ok {
 		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
 	}

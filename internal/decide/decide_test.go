@@ -1,0 +1,109 @@
+package decide_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-go/sluice/internal/decide"
+	"github.com/sluice-go/sluice/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeStore answers Allow with err when it is set, else allowed; it records
+// whether the call's context had a deadline.
+type fakeStore struct {
+	err         error
+	hadDeadline bool
+}
+
+func (f *fakeStore) Allow(ctx context.Context, _ string, _ int64, _ store.Policy) (store.Result, error) {
+	_, f.hadDeadline = ctx.Deadline()
+	if f.err != nil {
+		return store.Result{}, f.err
+	}
+	return store.Result{Allowed: true, Remaining: 1}, nil
+}
+func (f *fakeStore) Keys(context.Context) (int64, error) { return 0, nil }
+func (f *fakeStore) Ping(context.Context) error          { return nil }
+func (f *fakeStore) Name() string                        { return "fake" }
+func (f *fakeStore) Close() error                        { return nil }
+
+var p = store.Policy{Name: "p", Rate: 1, Burst: 1}
+
+func allow(g *decide.Gate, ctx context.Context, cost int64) decide.Decision {
+	var d decide.Decision
+	g.Allow(ctx, "k", cost, p, &d)
+	return d
+}
+
+func TestOutageChangesOncePerEdge(t *testing.T) {
+	for _, failOpen := range []bool{true, false} {
+		f := &fakeStore{}
+		g := decide.New(decide.Config{Store: f, Timeout: time.Second, FailOpen: failOpen})
+		d := allow(g, t.Context(), 1)
+		assert.Equal(t, decide.Decision{Result: store.Result{Allowed: true, Remaining: 1}, Allowed: true}, d)
+		assert.True(t, f.hadDeadline, "a store that does I/O is bounded")
+
+		f.err = errors.New("down")
+		for i, want := range []decide.Change{decide.Failing, decide.Steady, decide.Steady} {
+			d = allow(g, t.Context(), 1)
+			assert.Equal(t, decide.Degraded, d.Outcome, i)
+			assert.Equal(t, want, d.Change, i)
+			assert.Equal(t, failOpen, d.Allowed, "the fail mode answers")
+			assert.Equal(t, f.err, d.Err)
+		}
+		f.err = nil
+		assert.Equal(t, decide.Recovered, allow(g, t.Context(), 1).Change)
+		assert.Equal(t, decide.Steady, allow(g, t.Context(), 1).Change)
+	}
+}
+
+func TestGoneAndRefusedLeaveTheOutageState(t *testing.T) {
+	f := &fakeStore{err: context.Canceled}
+	g := decide.New(decide.Config{Store: f, FailOpen: true})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	d := allow(g, ctx, 1)
+	assert.Equal(t, decide.Gone, d.Outcome, "the caller left")
+	assert.False(t, d.Allowed)
+	assert.False(t, f.hadDeadline, "no timeout: no bound")
+
+	f.err = store.ErrCostExceedsBurst
+	d = allow(g, t.Context(), 2)
+	assert.Equal(t, decide.Refused, d.Outcome)
+	assert.ErrorIs(t, d.Err, store.ErrCostExceedsBurst)
+	assert.False(t, d.Allowed)
+
+	f.err = errors.New("down")
+	assert.Equal(t, decide.Failing, allow(g, t.Context(), 1).Change, "neither counted as an outage")
+}
+
+func TestInProcessStoreIsNotBounded(t *testing.T) {
+	mem := store.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	g := decide.New(decide.Config{Store: mem, Timeout: time.Second, Timed: true})
+	d := allow(g, t.Context(), 1)
+	require.Equal(t, decide.Decided, d.Outcome)
+	assert.True(t, d.Allowed)
+	assert.Positive(t, d.Latency, "Timed measures the call")
+	assert.Zero(t, allow(g, t.Context(), 1).Allowed, "the burst is spent")
+}
+
+// TestAllowAllocs: the gate adds no allocation to a decision over an
+// in-process store.
+func TestAllowAllocs(t *testing.T) {
+	mem := store.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	g := decide.New(decide.Config{Store: mem, Timed: true})
+	ctx := t.Context()
+	allow(g, ctx, 1)
+	var d decide.Decision
+	assert.Zero(t, testing.AllocsPerRun(100, func() { g.Allow(ctx, "k", 1, p, &d) }))
+}
