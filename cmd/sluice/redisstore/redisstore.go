@@ -179,10 +179,13 @@ func Key(key string) string { return KeyPrefix + "{" + key + "}" }
 
 // Allow implements store.Store with one EVALSHA (plus one EVAL the first
 // time a Redis server sees the script), sent in one pipeline with the other
-// calls in flight at that moment. It blocks until the reply or until ctx
-// ends, whichever is first. A timeout, a network error or an ended ctx
-// returns an error: the decision may or may not have been applied, and is
-// not retried.
+// calls in flight at that moment. It blocks for that round trip, bounded by
+// ctx's deadline and the client's timeouts; a call waiting on a round trip it
+// shares also stops waiting when ctx is cancelled (a call sent alone goes out
+// on the caller's goroutine, as a plain go-redis call does, where a cancel
+// without a deadline does not cut the read short). A ctx already ended sends
+// nothing. A timeout, a network error or an ended ctx returns an error: the
+// decision may or may not have been applied, and is not retried.
 func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
 	if err := store.Check(cost, p); err != nil {
 		return store.Result{}, err
