@@ -29,7 +29,7 @@ type loop struct {
 	current          *Fiber
 	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
 	nextID           uint64
-	alive            list[Fiber] // every fiber not yet ended, newest first
+	liveHead         *Fiber // every fiber not yet ended
 	live, nonDaemon  int
 	daemonsCancelled bool
 	advancer         *Fiber // the fiber inside Advance, if any
@@ -92,7 +92,11 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	l.nextID++
 	f := &Fiber{l: l, id: l.nextID, daemon: daemon, ctx: ctx, fn: fn}
 	f.joiners = f.joiner1[:0] // the usual single joiner needs no allocation
-	l.alive.pushFront(f)
+	f.nextLive = l.liveHead
+	if l.liveHead != nil {
+		l.liveHead.prev = f
+	}
+	l.liveHead = f
 	l.live++
 	if !daemon {
 		l.nonDaemon++
@@ -130,9 +134,11 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 			// Run is stopping this fiber. A wait it was in ends as a
 			// cancellation, so the owner's OnCancel takes it out of its
 			// queue and passes on what it held: nothing is lost.
-			// Nobody waits to be resumed: this fiber unwinds instead.
 			if w != nil {
-				w.tryCancel(w.gen())
+				gen := w.gen()
+				if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) && w.OnCancel != nil {
+					w.OnCancel()
+				}
 			}
 			panic(errKilled)
 		}
@@ -169,7 +175,6 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 //     O(settled watches) per decision. The standard library's goroutine
 //     only wakes a sleeping loop.
 type watch struct {
-	ln   node // in a watchList, guarded as fired is; first, see list
 	ctx  context.Context
 	fire func()      // ends the wait; runs once
 	stop func() bool // the context.AfterFunc that wakes the loop; settled watches only
@@ -177,35 +182,51 @@ type watch struct {
 	// Guarded by loop.mu (settled) or af.c.mu (linked).
 	fired  bool
 	listed bool
+	prev   *watch
+	next   *watch
 }
 
 // watchList is a doubly linked list of watches in registration order, the
 // order in which they fire: deterministic, unlike a map's.
 type watchList struct {
-	list[watch]
-	len int
+	head, tail *watch
+	len        int
 }
 
 func (q *watchList) push(n *watch) {
-	q.pushBack(n)
-	n.listed = true
+	n.prev, n.next, n.listed = q.tail, nil, true
+	if q.tail != nil {
+		q.tail.next = n
+	} else {
+		q.head = n
+	}
+	q.tail = n
 	q.len++
 }
 
 func (q *watchList) remove(n *watch) {
-	q.list.remove(n)
-	n.listed = false
+	if n.prev != nil {
+		n.prev.next = n.next
+	} else {
+		q.head = n.next
+	}
+	if n.next != nil {
+		n.next.prev = n.prev
+	} else {
+		q.tail = n.prev
+	}
+	n.prev, n.next, n.listed = nil, nil, false
 	q.len--
 }
 
 // takeAll empties q, marking every watch fired, and returns them, still
 // chained in order, for fireAll (run without the list's lock).
 func (q *watchList) takeAll() *watch {
-	head := q.list.takeAll()
-	for n := head; n != nil; n = next(n) {
+	head := q.head
+	for n := head; n != nil; n = n.next {
 		n.fired, n.listed = true, false
 	}
-	q.len = 0
+	*q = watchList{}
 	return head
 }
 
@@ -213,10 +234,10 @@ func (q *watchList) takeAll() *watch {
 // unlisted watch's links, so the chain needs no lock.
 func fireAll(head *watch) {
 	for n := head; n != nil; {
-		nx := next(n)
-		unlink(n)
+		next := n.next
+		n.prev, n.next = nil, nil
 		n.fire()
-		n = nx
+		n = next
 	}
 }
 
@@ -298,7 +319,7 @@ func (l *loop) settle() {
 		var buf [8]func()
 		fire := buf[:0]
 		l.mu.Lock()
-		for n := l.watched.front(); n != nil; n = next(n) {
+		for n := l.watched.head; n != nil; n = n.next {
 			if !n.fired && n.ctx.Err() != nil {
 				n.fired = true
 				fire = append(fire, n.fire)
@@ -393,7 +414,15 @@ func (l *loop) resume(f *Fiber) {
 }
 
 func (l *loop) end(f *Fiber) {
-	l.alive.remove(f)
+	if f.prev != nil {
+		f.prev.nextLive = f.nextLive
+	} else {
+		l.liveHead = f.nextLive
+	}
+	if f.nextLive != nil {
+		f.nextLive.prev = f.prev
+	}
+	f.prev, f.nextLive = nil, nil
 	l.live--
 	if !f.daemon {
 		l.nonDaemon--
@@ -423,7 +452,7 @@ func (l *loop) run() {
 			}
 			if !l.daemonsCancelled {
 				l.daemonsCancelled = true
-				for f := l.alive.front(); f != nil; f = next(f) {
+				for f := l.liveHead; f != nil; f = f.nextLive {
 					if c, ok := f.ctx.(*loopCtx); ok && f.daemon {
 						c.cancel(context.Canceled, nil)
 					}
@@ -482,7 +511,7 @@ func (l *loop) pick() *Fiber {
 func (l *loop) deadlock() *DeadlockError {
 	e := &DeadlockError{At: l.clock.Now()}
 	var parked []*Fiber
-	for f := l.alive.front(); f != nil; f = next(f) {
+	for f := l.liveHead; f != nil; f = f.nextLive {
 		parked = append(parked, f)
 	}
 	sort.Slice(parked, func(i, j int) bool { return parked[i].id < parked[j].id })
@@ -515,8 +544,8 @@ func (l *loop) shutdown(root *loopCtx) {
 	l.ended.Store(true)
 	l.setCurrent(nil)
 	root.cancel(context.Canceled, nil)
-	for l.alive.front() != nil {
-		f := l.alive.front()
+	for l.liveHead != nil {
+		f := l.liveHead
 		if w := f.w; w != nil {
 			l.setCurrent(f)
 			w.stop() // a parked fiber unwinds from park with errKilled
