@@ -20,6 +20,15 @@ import (
 // long as it has it mapped, and Open's sweep removes a file only under an
 // exclusive lock taken without waiting. The kernel drops a dead process's
 // locks, so a crash leaves nothing held.
+//
+// The directory is locked too, for one reason: a table just created has
+// every bucket full, which is what a sweep removes, and its creator can hold
+// it only after creating it. So a creator holds a shared lock on the
+// directory from before it creates the file until it holds the file, and a
+// sweep runs only under an exclusive lock on the directory, taken without
+// waiting (a sweep that finds a creation under way skips its turn). Without
+// it, stores opening while others sweep could see each new file removed
+// before they held it, again and again.
 
 // maxHoldAttempts bounds openHeld's retries; each needs another process to
 // remove or replace the file in a window of microseconds.
@@ -29,9 +38,20 @@ const maxHoldAttempts = 16
 // the open file that holds a shared flock on it, which the caller closes
 // after the table.
 func openHeld(path string, p sharedbucket.Policy, opts []sharedbucket.Option) (*sharedbucket.Table, io.Closer, error) {
+	var creating *os.File // the directory's shared lock, once this call creates the file
+	defer func() {
+		if creating != nil {
+			_ = creating.Close()
+		}
+	}()
 	for range maxHoldAttempts {
 		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if errors.Is(err, fs.ErrNotExist) {
+			if creating == nil {
+				if creating, err = lockDir(filepath.Dir(path), unix.LOCK_SH); err != nil {
+					return nil, nil, err
+				}
+			}
 			// Create the file, then start over to lock it before mapping
 			// it for use. Why not use the table just made: until we hold
 			// the lock, a sweep may remove the new file (every bucket of
@@ -69,6 +89,20 @@ func openHeld(path string, p sharedbucket.Policy, opts []sharedbucket.Option) (*
 	return nil, nil, fmt.Errorf("open %s: the file kept being removed or replaced (%d attempts)", path, maxHoldAttempts)
 }
 
+// lockDir opens dir and takes flock(how) on it; closing the file releases
+// the lock.
+func lockDir(dir string, how int) (*os.File, error) {
+	d, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(d.Fd()), how); err != nil {
+		_ = d.Close()
+		return nil, fmt.Errorf("flock %s: %w", dir, err)
+	}
+	return d, nil
+}
+
 // samePath reports whether path still names the file f has open.
 func samePath(f *os.File, path string) (bool, error) {
 	var a, b unix.Stat_t
@@ -89,6 +123,11 @@ func samePath(f *os.File, path string) (bool, error) {
 // A file it cannot judge (another slot count or format version, a file it
 // cannot open) stays.
 func sweep(dir string, opts []sharedbucket.Option) int {
+	d, err := lockDir(dir, unix.LOCK_EX|unix.LOCK_NB)
+	if err != nil {
+		return 0 // a table is being created: sweep another time
+	}
+	defer d.Close()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
