@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/gcra"
 	"github.com/sluice-go/sluice/internal/keyhash"
 	"github.com/sluice-go/sluice/internal/monotime"
 )
@@ -231,9 +232,9 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 			if tat == frozen {
 				break // the table is being replaced: take the lock
 			}
-			base, next, ok := admit(tat, now, cost, T, tau)
+			next, ok := gcra.Step(tat, now, cost*T, tau)
 			if !ok || slot.tat.CompareAndSwap(tat, next) {
-				return result(ok, base, next, now, T, tau), nil
+				return Result(gcra.Figures(ok, next-now, cost*T, T, tau)), nil
 			}
 		}
 	}
@@ -254,14 +255,15 @@ func (m *Memory) allowLocked(s *memShard, k memKey, long string, cost, T, tau in
 	if slot := s.tab.Load().find(k, long); slot != nil {
 		for { // never frozen here: only holders of the lock freeze, and they publish the new table first
 			tat := slot.tat.Load()
-			next, r := Decide(tat, now, cost, T, tau)
-			if !r.Allowed || slot.tat.CompareAndSwap(tat, next) {
-				return r
+			next, ok := gcra.Step(tat, now, cost*T, tau)
+			if !ok || slot.tat.CompareAndSwap(tat, next) {
+				return Result(gcra.Figures(ok, next-now, cost*T, T, tau))
 			}
 		}
 	}
-	next, r := Decide(now, now, cost, T, tau) // a key never seen is full
-	if !r.Allowed {
+	next, ok := gcra.Step(now, now, cost*T, tau) // a key never seen is full
+	r := Result(gcra.Figures(ok, next-now, cost*T, T, tau))
+	if !ok {
 		return r
 	}
 	t := s.tab.Load()
