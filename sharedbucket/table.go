@@ -233,7 +233,8 @@ func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcom
 		s = t.find(h)
 	}
 	if s != nil {
-		if tat, ok := t.spendOnce(s, h, cost, now); ok {
+		need := cost * t.interval
+		if tat, ok := t.spendOnce(s, h, now, need, t.tau-need); ok {
 			t.counts.add(true)
 			return outcome{s: s, debt: tat - now, ok: true}
 		}
@@ -270,15 +271,16 @@ func (t *Table) decideRest(h uint64, cost, now int64, live bool, s *slot) outcom
 
 // spendOnce is the common case of a spend in one pass, small enough to
 // inline (the budget is tight: check with go build -gcflags=-m): the key's
-// slot, one load of each word, one CAS. It reports whether it spent cost
-// (and the TAT it stored), and false for anything else (a denial, a slot
-// that moved, a lost CAS): decideFrom then decides.
-func (t *Table) spendOnce(s *slot, h uint64, cost, now int64) (int64, bool) {
+// slot, one load of each word, one CAS. need is cost·T and room τ − need,
+// computed by the caller before the load (see gcra.Step). It reports
+// whether it spent need (and the TAT it stored), and false for anything
+// else (a denial, a slot that moved, a lost CAS): decideFrom then decides.
+func (t *Table) spendOnce(s *slot, h uint64, now, need, room int64) (int64, bool) {
 	tat := s.tat.Load()
 	if s.key.Load() != h {
 		return 0, false
 	}
-	next, ok := gcra.Step(tat, now, cost*t.interval, t.tau)
+	next, ok := gcra.Step(tat, now, need, room)
 	return next, ok && s.tat.CompareAndSwap(tat, next)
 }
 
@@ -333,12 +335,13 @@ const (
 // refresh set (the live clock) a long retry sequence re-reads the clock.
 func (t *Table) spend(s *slot, h uint64, cost, now int64, refresh bool) (int, int64) {
 	need := cost * t.interval
+	room := t.tau - need // outside the loop: see gcra.Step
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
 		if s.key.Load() != h {
 			return spendMoved, 0
 		}
-		next, ok := gcra.Step(tat, now, need, t.tau)
+		next, ok := gcra.Step(tat, now, need, room)
 		d := next - now // debt in ns after the decision; 0 means the bucket is full
 		if !ok {
 			if d > t.tau+repairSlack {

@@ -49,7 +49,7 @@ func (m *mapMemory) Allow(key string, cost int64, p store.Policy) (store.Result,
 	if !ok {
 		tat = now
 	}
-	next, ok := gcra.Step(tat, now, cost*T, T*p.Burst)
+	next, ok := gcra.Step(tat, now, cost*T, T*p.Burst-cost*T)
 	if ok {
 		s.tat[key] = next
 	}

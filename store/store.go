@@ -136,10 +136,3 @@ type Store interface {
 	// Close releases the store's resources. Later calls return ErrClosed.
 	Close() error
 }
-
-// InProcess is implemented by stores whose Allow never waits on I/O (the
-// memory and shm stores). Callers may skip per-call timeouts for them: a
-// context.WithTimeout costs a timer per request for nothing.
-type InProcess interface {
-	InProcess()
-}

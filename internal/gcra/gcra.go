@@ -35,19 +35,25 @@ func Debt(tat, now int64) int64 {
 }
 
 // Step decides a request needing need = cost·T nanoseconds, at now, on a
-// bucket whose TAT is tat, under tolerance tau. It returns whether the
-// request is allowed and next: the TAT to store when allowed,
-// max(tat, now) + need, and max(tat, now) when denied (nothing needs
-// writing then: a denial changes nothing). Either way next − now is the
-// bucket's debt after the decision.
+// bucket whose TAT is tat, where room = tau − need is the most debt the
+// bucket may carry for the request to fit. It returns whether the request
+// is allowed and next: the TAT to store when allowed, max(tat, now) + need,
+// and max(tat, now) when denied (nothing needs writing then: a denial
+// changes nothing). Either way next − now is the bucket's debt after the
+// decision.
 //
-// Why the test is next − now ≤ tau − need rather than
-// max(tat, now) + need − now ≤ tau: callers guarantee 0 < need ≤ tau and
+// Why room and not tau: callers that update the TAT with a compare-and-swap
+// compute need and room once, before they load the TAT (and outside any
+// retry loop), so the window between the load and the swap holds only
+// Step's compare and add.
+//
+// Why the test is next − now > room rather than
+// max(tat, now) + need − now > tau: callers guarantee 0 < need ≤ tau and
 // now ≥ 0, so neither side can overflow, whatever tat holds (a damaged
 // shared word included). An allowed step's sum stays at most now + tau.
-func Step(tat, now, need, tau int64) (next int64, ok bool) {
+func Step(tat, now, need, room int64) (next int64, ok bool) {
 	next = max(tat, now) // a bucket holds no more than full: idle time beyond full is forgotten
-	if next-now > tau-need {
+	if next-now > room {
 		return next, false
 	}
 	return next + need, true

@@ -37,7 +37,7 @@ func TestStepAndFigures(t *testing.T) {
 	}
 	tat := int64(0)
 	for i, s := range steps {
-		next, ok := gcra.Step(tat, s.now, s.cost*T, tau)
+		next, ok := gcra.Step(tat, s.now, s.cost*T, tau-s.cost*T)
 		r := gcra.Figures(ok, next-s.now, s.cost*T, T, tau)
 		require.Equal(t, s.allowed, ok, "step %d", i)
 		require.Equal(t, ok, r.Allowed, "step %d", i)
@@ -60,7 +60,7 @@ func TestStepWindowBound(t *testing.T) {
 	now := int64(0)
 	for i := range 5000 {
 		now += int64(i * 13 % 11) // irregular, sometimes zero, steps
-		if next, ok := gcra.Step(tat, now, T, T*b); ok {
+		if next, ok := gcra.Step(tat, now, T, T*b-T); ok {
 			admitted = append(admitted, now)
 			tat = next
 		}
@@ -80,12 +80,12 @@ func TestStepWindowBound(t *testing.T) {
 func TestStepDamagedTAT(t *testing.T) {
 	const T, tau, now = 100, 300, int64(1) << 40
 	for _, tat := range []int64{math.MaxInt64, math.MaxInt64 - 1, now + tau + 1} {
-		next, ok := gcra.Step(tat, now, T, tau)
+		next, ok := gcra.Step(tat, now, T, tau-T)
 		assert.False(t, ok, "tat %d", tat)
 		assert.Equal(t, tat-now, next-now, "tat %d: the debt", tat)
 		assert.Equal(t, tat-now, gcra.Debt(tat, now))
 	}
-	next, ok := gcra.Step(math.MinInt64, now, T, tau)
+	next, ok := gcra.Step(math.MinInt64, now, T, tau-T)
 	assert.True(t, ok, "a TAT far behind is a full bucket")
 	assert.Equal(t, now+T, next)
 	assert.Zero(t, gcra.Debt(math.MinInt64, now))
