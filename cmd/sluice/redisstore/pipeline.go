@@ -35,13 +35,13 @@ const maxBatch = 512
 type call struct {
 	keys []string
 	args []any
-	v    []int64
+	v    int64 // the script's reply
 	err  error
 	done chan struct{} // receives once when v and err are set
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{keys: make([]string, 1), args: make([]any, 3), done: make(chan struct{}, 1)}
+	return &call{keys: make([]string, 1), args: make([]any, 2), done: make(chan struct{}, 1)}
 }}
 
 // pipeline is a store's queue of calls and its flushers.
@@ -153,7 +153,7 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
 		}
-		b.v, b.err = cmd.Int64Slice()
+		b.v, b.err = cmd.Int64()
 		b.done <- struct{}{}
 		return
 	}
@@ -182,7 +182,7 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 		})
 	}
 	for i, b := range batch {
-		b.v, b.err = cmds[i].Int64Slice()
+		b.v, b.err = cmds[i].Int64()
 		b.done <- struct{}{}
 	}
 }

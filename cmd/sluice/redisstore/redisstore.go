@@ -194,27 +194,36 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 		return store.Result{}, fmt.Errorf("redisstore: %w", err) // nothing sent
 	}
 	T := int64(p.Interval())
+	inc, tau := cost*T, p.Burst*T
 	c := callPool.Get().(*call)
 	c.keys[0] = Key(key)
-	c.args[0], c.args[1], c.args[2] = T, T*p.Burst, cost
+	c.args[0], c.args[1] = inc, tau
 	if !s.pl.do(ctx, s.client, c) {
 		return store.Result{}, fmt.Errorf("redisstore: %w", ctx.Err()) // c stays the flusher's
 	}
 	v, err := c.v, c.err
-	c.v, c.err = nil, nil
+	c.v, c.err = 0, nil
 	callPool.Put(c)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(v) != 4 {
-		return store.Result{}, fmt.Errorf("redisstore: script returned %d values, want 4", len(v))
+	return result(v, inc, T, tau), nil
+}
+
+// result is the Result of the script's reply v (see gcra.lua) to a request
+// of inc = cost·T: v > 0 is an allowed request and the debt it leaves
+// (TAT' − now), v < 0 a denied one and the debt it found, −v − 1
+// (max(TAT − now, 0)). The figures are store.Decide's for that debt.
+func result(v, inc, T, tau int64) store.Result {
+	if v > 0 {
+		return store.Result{Allowed: true, Remaining: float64(tau-v) / float64(T), ResetAfter: time.Duration(v)}
 	}
+	ahead := -v - 1
 	return store.Result{
-		Allowed:    v[0] == 1,
-		Remaining:  float64(v[1]) / float64(T),
-		ResetAfter: time.Duration(v[2]),
-		RetryAfter: time.Duration(v[3]),
-	}, nil
+		Remaining:  float64(tau-ahead) / float64(T),
+		ResetAfter: time.Duration(ahead),
+		RetryAfter: time.Duration(ahead + inc - tau),
+	}
 }
 
 // Keys implements store.Store by scanning for the store's keys (every master
