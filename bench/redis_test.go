@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -22,9 +23,13 @@ import (
 // 1000/s each, so every call is allowed. The 1g rows are one goroutine
 // (per-call latency: p50-ns and p99-ns); the 16g rows are 16 goroutines
 // (throughput: calls/s), where redisstore sends the calls in flight at
-// once as one pipelined write.
+// once as one pipelined write. redis-us/call is the time redis-server
+// spent running the scripts (INFO commandstats, EVAL and EVALSHA) per
+// decision.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer raw.Close()
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = "bench-" + strconv.Itoa(i)
@@ -68,6 +73,9 @@ func BenchmarkRedis(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				if err := raw.ConfigResetStat(ctx).Err(); err != nil { // count the timed calls only
+					b.Fatal(err)
+				}
 				var denied, failed atomic.Int64
 				call := func(i int) {
 					ok, err := allow(ctx, keys[(i*7919)%len(keys)])
@@ -102,10 +110,31 @@ func BenchmarkRedis(b *testing.B) {
 					})
 				}
 				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+				b.ReportMetric(scriptMicros(b, raw)/float64(b.N), "redis-us/call")
 				if n := failed.Load() + denied.Load(); n > 0 {
 					b.Fatalf("%d calls failed, %d denied, of %d: every call must be allowed", failed.Load(), denied.Load(), b.N)
 				}
 			})
 		}
 	}
+}
+
+var scriptUsec = regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=\d+,usec=(\d+),`)
+
+// scriptMicros is the time in µs redis-server has spent in EVAL and EVALSHA
+// since the last CONFIG RESETSTAT.
+func scriptMicros(b *testing.B, raw *redis.Client) float64 {
+	info, err := raw.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var us float64
+	for _, m := range scriptUsec.FindAllStringSubmatch(info, -1) {
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		us += v
+	}
+	return us
 }
