@@ -83,13 +83,13 @@ func TestRedisReadsUnpaddedNanoseconds(t *testing.T) {
 	ctx := context.Background()
 	p := store.Policy{Rate: 0.1, Burst: 20} // T = 10 s, tau = 200 s
 
+	start := time.Now()
 	now, err := raw.Time(ctx).Result() // Redis's clock, which the script reads
 	require.NoError(t, err)
 	tat := time.Unix(now.Unix()+99, 5)
-	start := time.Now()
 	require.NoError(t, raw.Set(ctx, redisstore.Key("k"), strconv.FormatInt(tat.Unix(), 10)+" 5", time.Hour).Err())
 	r, err := s.Allow(ctx, "k", 10, p)
-	late := time.Since(start) // how much later than now the script may have run, at most
+	late := time.Since(start) // at most how much later than now the script ran
 	require.NoError(t, err)
 	require.True(t, r.Allowed, "about 10 of 20 tokens are there")
 	// The debt after: TAT − (script's now) + 100 s, and the script's now is
