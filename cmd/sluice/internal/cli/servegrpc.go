@@ -39,6 +39,9 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 			// and may ping it; allow pings without streams rather than
 			// closing the connection with GOAWAY "too_many_pings".
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+			// Why: ShouldRateLimit's messages decoded and encoded without
+			// protobuf reflection; the same bytes on the wire.
+			grpc.ForceServerCodecV2(service.RateLimitCodec()),
 		)
 		srv.RegisterRateLimitService(g)
 		hs := health.NewServer()
