@@ -1,41 +1,73 @@
 -- GCRA for sluice: the same rule as store.Decide, on Redis's clock.
 -- KEYS[1]  bucket key; its value is "SECONDS NANOS", the theoretical
 --          arrival time (TAT) on Redis's TIME clock.
--- ARGV     T (emission interval, ns), tau (= burst*T, ns), cost (tokens)
--- Returns  {allowed (1/0), tau - (TAT' - now) in ns, reset_after ns, retry_after ns}
+-- ARGV     one request: cost·T (ns), tau (= burst·T, ns), with 1 ≤ cost·T ≤ tau;
+--          several requests on the key: those pairs one after another.
+-- Returns  per request one integer: allowed, TAT' − now (> 0, the bucket's
+--          debt after it); denied, −(max(TAT − now, 0)) − 1 (< 0). One
+--          request: that integer; several: an array of them, in order.
+--
+-- Several requests are decided one after another at one now, each against
+-- the TAT the ones before it left: what the same requests sent one per call
+-- would get from a Redis that ran them all within the same microsecond.
 --
 -- Lua numbers are doubles, exact only below 2^53. Absolute nanoseconds since
 -- the epoch are not, so TAT is kept as whole seconds plus nanoseconds and all
--- arithmetic is on the difference TAT - now, which the service bounds by
+-- arithmetic is on the difference TAT − now, which the service bounds by
 -- tau < 2^52 ns.
+--
+-- Why this shape: a call's cost inside Redis is mostly its redis.call()s
+-- (TIME, GET, SET, about 1 µs each) plus the Lua around them, so the Lua is
+-- kept to arithmetic operators (a string operand is converted in the VM, no
+-- tonumber call), one string.find and two string.sub to read a TAT, one
+-- string.format to write it, and for one request an integer reply (no table
+-- to build and decode). The stored format is the one earlier versions of
+-- this script wrote and read, so during a rolling upgrade old and new
+-- scripts read each other's keys exactly.
 if redis.replicate_commands then
   pcall(redis.replicate_commands) -- Redis < 5: replicate effects, not the TIME-reading script
 end
-local T = tonumber(ARGV[1])
-local tau = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
 local t = redis.call('TIME')
-local now_s = tonumber(t[1])
-local now_ns = tonumber(t[2]) * 1000
+local now_s = t[1] + 0
+local now_ns = t[2] * 1000
 
 local ahead = 0 -- max(TAT - now, 0): a bucket never holds more than full
 local v = redis.call('GET', KEYS[1])
 if v then
   local sp = string.find(v, ' ', 1, true)
   if sp then
-    local d = (tonumber(string.sub(v, 1, sp - 1)) - now_s) * 1000000000
-      + (tonumber(string.sub(v, sp + 1)) - now_ns)
+    local d = (string.sub(v, 1, sp - 1) - now_s) * 1000000000
+      + (string.sub(v, sp + 1) - now_ns)
     if d > 0 then ahead = d end
   end
 end
 
-local next = ahead + cost * T
-if next <= tau then
-  local total = now_ns + next
+local debt, reply = ahead
+if #ARGV == 2 then
+  local next = ahead + ARGV[1]
+  if next <= ARGV[2] + 0 then
+    debt, reply = next, next
+  else
+    reply = -ahead - 1
+  end
+else
+  reply = {}
+  for i = 1, #ARGV, 2 do
+    local next = debt + ARGV[i]
+    if next <= ARGV[i + 1] + 0 then
+      debt = next
+      reply[#reply + 1] = next
+    else
+      reply[#reply + 1] = -debt - 1
+    end
+  end
+end
+
+if debt > ahead then -- something was allowed (cost·T ≥ 1)
+  local total = now_ns + debt
   local carry = math.floor(total / 1000000000)
   redis.call('SET', KEYS[1],
     string.format('%d %d', now_s + carry, total - carry * 1000000000),
-    'PX', math.ceil(next / 1000000)) -- expire exactly when full: nothing is lost
-  return {1, tau - next, next, 0}
+    'PX', math.ceil(debt / 1000000)) -- expire exactly when full: nothing is lost
 end
-return {0, tau - ahead, ahead, next - tau}
+return reply

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -35,13 +36,13 @@ const maxBatch = 512
 type call struct {
 	keys []string
 	args []any
-	v    []int64
+	v    int64 // the script's reply
 	err  error
 	done chan struct{} // receives once when v and err are set
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{keys: make([]string, 1), args: make([]any, 3), done: make(chan struct{}, 1)}
+	return &call{keys: make([]string, 1), args: make([]any, 2), done: make(chan struct{}, 1)}
 }}
 
 // pipeline is a store's queue of calls and its flushers.
@@ -144,6 +145,13 @@ func (p *pipeline) take() []*call {
 // caller's own, or for a shared batch none: the client's read and write
 // timeouts bound it, and a caller whose own context ends stops waiting
 // without cutting the others' round trip short.
+//
+// Calls in one batch on one key go as one script call (see gcra.lua),
+// which decides them in queue order at one instant. Why that is exact: the
+// calls were in flight at once, so Redis running them back to back within
+// one microsecond is a schedule their own calls could have had, and the
+// script gives each the answer that schedule gives. Why: a hot key's
+// decisions then cost Redis one TIME, GET and SET for the lot, not each.
 func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 	if len(batch) == 1 {
 		// Alone: a plain command, which costs go-redis less than a
@@ -153,14 +161,15 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
 		}
-		b.v, b.err = cmd.Int64Slice()
+		b.v, b.err = cmd.Int64()
 		b.done <- struct{}{}
 		return
 	}
-	cmds := make([]*redis.Cmd, len(batch))
+	sends := byKey(batch)
+	cmds := make([]*redis.Cmd, len(sends))
 	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
-		for i, b := range batch {
-			cmds[i] = pl.EvalSha(ctx, gcraSHA, b.keys, b.args...)
+		for i, calls := range sends {
+			cmds[i] = pl.EvalSha(ctx, gcraSHA, calls[0].keys, args(calls)...)
 		}
 		return nil
 	})
@@ -176,13 +185,77 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 	if len(again) > 0 {
 		_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
 			for _, i := range again {
-				cmds[i] = pl.Eval(ctx, gcraLua, batch[i].keys, batch[i].args...)
+				cmds[i] = pl.Eval(ctx, gcraLua, sends[i][0].keys, args(sends[i])...)
 			}
 			return nil
 		})
 	}
+	for i, calls := range sends {
+		answer(calls, cmds[i])
+	}
+}
+
+// byKey splits batch into one slice of calls per key, each in queue order,
+// the keys in the order of their first call.
+func byKey(batch []*call) [][]*call {
+	sends := make([][]*call, 0, len(batch))
+	if len(batch) <= 16 {
+		// Few calls: comparing keys costs less than hashing them.
+	next:
+		for i, b := range batch {
+			for j, s := range sends {
+				if s[0].keys[0] == b.keys[0] {
+					sends[j] = append(s, b)
+					continue next
+				}
+			}
+			sends = append(sends, batch[i:i+1:i+1]) // a full slice: append copies
+		}
+		return sends
+	}
+	at := make(map[string]int, len(batch))
 	for i, b := range batch {
-		b.v, b.err = cmds[i].Int64Slice()
+		if j, ok := at[b.keys[0]]; ok {
+			sends[j] = append(sends[j], b)
+			continue
+		}
+		at[b.keys[0]] = len(sends)
+		sends = append(sends, batch[i:i+1:i+1])
+	}
+	return sends
+}
+
+// args is the script's arguments for calls on one key: each call's pair.
+func args(calls []*call) []any {
+	if len(calls) == 1 {
+		return calls[0].args
+	}
+	a := make([]any, 0, 2*len(calls))
+	for _, b := range calls {
+		a = append(a, b.args...)
+	}
+	return a
+}
+
+// answer hands each of calls its share of cmd's reply: one integer for one
+// call, one per call in order for several.
+func answer(calls []*call, cmd *redis.Cmd) {
+	if len(calls) == 1 {
+		b := calls[0]
+		b.v, b.err = cmd.Int64()
+		b.done <- struct{}{}
+		return
+	}
+	v, err := cmd.Int64Slice()
+	if err == nil && len(v) != len(calls) {
+		err = fmt.Errorf("script returned %d values for %d requests", len(v), len(calls))
+	}
+	for i, b := range calls {
+		if err != nil {
+			b.err = err
+		} else {
+			b.v = v[i]
+		}
 		b.done <- struct{}{}
 	}
 }

@@ -1,11 +1,13 @@
 // Package redisstore is a store.Store kept in Redis, for limits shared by
 // processes on many hosts.
 //
-// Each decision is one EVALSHA of a Lua script that runs the same GCRA rule
+// Each decision runs a Lua script (EVALSHA) that applies the same GCRA rule
 // as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
 // the callers' clocks never matter. Decisions in flight at once share a
 // round trip: they go to Redis as one pipelined write, each with its own
-// reply, so the cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
+// reply, so the cost per decision falls as concurrency rises; those on one
+// key go as one script call that decides them in order, each with the
+// answer it would get alone. Keys are "sluice:{KEY}": the hash tag
 // keeps each bucket a single-slot key on Redis Cluster. A key expires when
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
@@ -179,7 +181,8 @@ func Key(key string) string { return KeyPrefix + "{" + key + "}" }
 
 // Allow implements store.Store with one EVALSHA (plus one EVAL the first
 // time a Redis server sees the script), sent in one pipeline with the other
-// calls in flight at that moment. It blocks for that round trip, bounded by
+// calls in flight at that moment; calls on the same key in that pipeline
+// share one EVALSHA. It blocks for that round trip, bounded by
 // ctx's deadline and the client's timeouts; a call waiting on a round trip it
 // shares also stops waiting when ctx is cancelled (a call sent alone goes out
 // on the caller's goroutine, as a plain go-redis call does, where a cancel
@@ -194,27 +197,36 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 		return store.Result{}, fmt.Errorf("redisstore: %w", err) // nothing sent
 	}
 	T := int64(p.Interval())
+	inc, tau := cost*T, p.Burst*T
 	c := callPool.Get().(*call)
 	c.keys[0] = Key(key)
-	c.args[0], c.args[1], c.args[2] = T, T*p.Burst, cost
+	c.args[0], c.args[1] = inc, tau
 	if !s.pl.do(ctx, s.client, c) {
 		return store.Result{}, fmt.Errorf("redisstore: %w", ctx.Err()) // c stays the flusher's
 	}
 	v, err := c.v, c.err
-	c.v, c.err = nil, nil
+	c.v, c.err = 0, nil
 	callPool.Put(c)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(v) != 4 {
-		return store.Result{}, fmt.Errorf("redisstore: script returned %d values, want 4", len(v))
+	return result(v, inc, T, tau), nil
+}
+
+// result is the Result of the script's reply v (see gcra.lua) to a request
+// of inc = cost·T: v > 0 is an allowed request and the debt it leaves
+// (TAT' − now), v < 0 a denied one and the debt it found, −v − 1
+// (max(TAT − now, 0)). The figures are store.Decide's for that debt.
+func result(v, inc, T, tau int64) store.Result {
+	if v > 0 {
+		return store.Result{Allowed: true, Remaining: float64(tau-v) / float64(T), ResetAfter: time.Duration(v)}
 	}
+	ahead := -v - 1
 	return store.Result{
-		Allowed:    v[0] == 1,
-		Remaining:  float64(v[1]) / float64(T),
-		ResetAfter: time.Duration(v[2]),
-		RetryAfter: time.Duration(v[3]),
-	}, nil
+		Remaining:  float64(tau-ahead) / float64(T),
+		ResetAfter: time.Duration(ahead),
+		RetryAfter: time.Duration(ahead + inc - tau),
+	}
 }
 
 // Keys implements store.Store by scanning for the store's keys (every master
