@@ -132,8 +132,8 @@ func FailOpen() MiddlewareOption { return func(c *mwConfig) { c.failOpen = true 
 func FailClosed() MiddlewareOption { return func(c *mwConfig) { c.failOpen = false } }
 
 // StoreTimeout bounds each call to a store that does I/O (default
-// DefaultStoreTimeout). In-process stores (store.InProcess) are never
-// bounded: they do not wait.
+// DefaultStoreTimeout). In-process stores (store.Memory, shmstore.Store)
+// are never bounded: they do not wait.
 func StoreTimeout(d time.Duration) MiddlewareOption {
 	return func(c *mwConfig) {
 		if d <= 0 {

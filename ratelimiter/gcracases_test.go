@@ -21,9 +21,6 @@ import (
 // table's cases use one whole-ns T, so where i·round(T) and ceil(i·T)
 // differ the limiter answers for the exact rate.
 var gcraSkips = map[string]string{
-	// round(1s/3) = 333333333ns, below the exact 333333333.33ns: the
-	// limiter denies at 333333333ns, where the case allows.
-	"3 per 1s, T rounded to nearest 333333333ns": "the limiter keeps T = 1s/3 exactly; the case rounds it down",
 	// 3·666666667ns = 2000000001ns, but 3·(2s/3) = 2s: the limiter's bucket
 	// is full again at 2s, where the case denies by 1ns.
 	"3 per 2s, T = 666666667ns, burst 3: a ns per 3 tokens": "the limiter keeps T = 2s/3 exactly; the case's whole-ns T drifts 1ns in 3 tokens",

@@ -51,7 +51,8 @@ func (b *Bucket) AllowN(n int64) bool {
 	now := b.t.now()
 	s := b.s.Load()
 	if s != nil {
-		if _, ok := b.t.spendOnce(s, b.h, n, now); ok {
+		need := n * b.t.interval
+		if _, ok := b.t.spendOnce(s, b.h, now, need, b.t.tau-need); ok {
 			b.t.counts.add(true)
 			return true
 		}

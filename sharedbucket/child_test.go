@@ -299,7 +299,7 @@ type churnResult struct {
 	Excluded []int        `json:"excluded"`
 	Events   [][]int64    `json:"events"` // per key: when it was evicted or claimed twice
 	Calls    int64        `json:"calls"`
-	Counts   Counters     `json:"counts"`
+	Counts   counts       `json:"counts"`
 }
 
 // churnKeys is the key set of the churn role: twice as many keys as slots.
@@ -388,7 +388,7 @@ func childChurn() error {
 	for k := range excluded {
 		res.Excluded = append(res.Excluded, k)
 	}
-	res.Counts = tb.Counters()
+	res.Counts = tb.counters()
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 

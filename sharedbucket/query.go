@@ -1,6 +1,10 @@
 package sharedbucket
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-go/sluice/internal/gcra"
+)
 
 // debt returns how far key's TAT is ahead of now (0 for a full or unknown
 // bucket) and whether the call is valid. It writes nothing.
@@ -26,10 +30,7 @@ func (t *Table) debtOf(h uint64, s *slot, now int64, live bool) int64 {
 	if live {
 		now = t.now()
 	}
-	if tat <= now {
-		return 0
-	}
-	if d := tat - now; d <= t.tau+repairSlack {
+	if d := gcra.Debt(tat, now); d <= t.tau+repairSlack {
 		return d
 	}
 	return t.tau // a damaged word: the next allow repairs it to "empty"
@@ -50,8 +51,10 @@ func (t *Table) remainingAt(key string, now int64, live bool) float64 {
 	return t.remaining(d)
 }
 
+// remaining is the figure of debt d, clamped to [0, burst]: a query's debt
+// may exceed τ by up to repairSlack (a word the next spend repairs).
 func (t *Table) remaining(d int64) float64 {
-	r := float64(t.tau-d) / float64(t.interval)
+	r := gcra.Figures(true, d, 0, t.interval, t.tau).Remaining
 	return min(max(r, 0), float64(t.burst))
 }
 
@@ -83,7 +86,7 @@ func (t *Table) retryAfterAt(key string, cost, now int64, live bool) time.Durati
 }
 
 func (t *Table) retryAfter(d, cost int64) time.Duration {
-	return time.Duration(max(0, d+cost*t.interval-t.tau))
+	return gcra.Figures(false, d, cost*t.interval, t.interval, t.tau).RetryAfter
 }
 
 // ResetAfter returns how long until key's bucket is full again (0 if it is

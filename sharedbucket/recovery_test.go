@@ -113,7 +113,7 @@ func TestLockTimeout(t *testing.T) {
 	h := hashAt(0, 1)
 	require.False(t, tb.decideFrom(h, 1, at+int64(LockTimeout)-1, false, nil).ok, "locks just younger than LockTimeout are held")
 	assert.Len(t, lockedSlots(tb), probeWindow)
-	c := tb.Counters()
+	c := tb.counters()
 	assert.Zero(t, c.Recovered+c.Corrupt)
 	assert.EqualValues(t, 1, c.Contended)
 
@@ -142,7 +142,7 @@ func TestDeadHolderTakenOver(t *testing.T) {
 	}
 	require.True(t, tb.decideFrom(hashAt(0, 1), 1, now, false, nil).ok, "a window of dead locks does not refuse a new key")
 	assert.Equal(t, []uint64{0}, keysOf(lockedSlots(tb)), "the live process's lock stays")
-	n := tb.Counters()
+	n := tb.counters()
 	assert.EqualValues(t, probeWindow-1, n.Recovered)
 	assert.Zero(t, n.Contended)
 }
@@ -174,7 +174,7 @@ func TestImpossibleWords(t *testing.T) {
 	slotAt(tb.slots, 3).tat.Store(math.MaxInt64)
 	slotAt(tb.slots, 4).key.Store(lockOf(t0+int64(MaxSkew), lockPID)) // possible: MaxSkew ahead
 	require.True(t, tb.decideFrom(hashAt(0, 1), 1, t0, false, nil).ok)
-	c := tb.Counters()
+	c := tb.counters()
 	assert.EqualValues(t, 4, c.Corrupt)
 	assert.Zero(t, c.Recovered)
 	assert.Equal(t, []uint64{4}, keysOf(lockedSlots(tb)), "the lock within MaxSkew is held")
@@ -379,18 +379,18 @@ func TestFlipsUnderLoad(t *testing.T) {
 	}
 	all := make([][]spendRec, nkeys)
 	var calls int64
-	var counts Counters
+	var total counts
 	for _, k := range kids {
 		var res churnResult
 		require.NoError(t, json.Unmarshal([]byte(k.line(t)), &res))
 		require.NoError(t, k.cmd.Wait())
 		calls += res.Calls
-		counts.Allowed += res.Counts.Allowed
-		counts.Evicted += res.Counts.Evicted
-		counts.Contended += res.Counts.Contended
-		counts.Duplicates += res.Counts.Duplicates
-		counts.Recovered += res.Counts.Recovered
-		counts.Corrupt += res.Counts.Corrupt
+		total.Allowed += res.Counts.Allowed
+		total.Evicted += res.Counts.Evicted
+		total.Contended += res.Counts.Contended
+		total.Duplicates += res.Counts.Duplicates
+		total.Recovered += res.Counts.Recovered
+		total.Corrupt += res.Counts.Corrupt
 		for key, recs := range res.Allowed {
 			for _, x := range recs {
 				all[key] = append(all[key], spendRec{x[0], x[1], x[2]})
@@ -403,8 +403,8 @@ func TestFlipsUnderLoad(t *testing.T) {
 		}
 	}
 	st := tb.Stats()
-	recovered := int64(counts.Recovered + st.Recovered)
-	t.Logf("%d calls, %d flips (%d of key words, %d lowering a TAT); children %+v", calls, flips, keyFlips, lowered, counts)
+	recovered := int64(total.Recovered + st.Recovered)
+	t.Logf("%d calls, %d flips (%d of key words, %d lowering a TAT); children %+v", calls, flips, keyFlips, lowered, total)
 	for key, recs := range all {
 		// Each event's lag: how long before it the decisions of this key
 		// in flight at it had read the clock.
@@ -447,5 +447,5 @@ func TestFlipsUnderLoad(t *testing.T) {
 		t.Logf("key %d: %d allowed decisions, %d loosening events", key, len(recs), len(evs))
 	}
 	require.Positive(t, flips)
-	assert.Zero(t, counts.Contended, "no call gave up: no window stayed locked")
+	assert.Zero(t, total.Contended, "no call gave up: no window stayed locked")
 }

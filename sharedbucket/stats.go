@@ -1,6 +1,10 @@
 package sharedbucket
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-go/sluice/internal/tablecounts"
+)
 
 // Stats describes a table. The policy fields and Keys describe the shared
 // table; the counters count this handle's calls since Open (each process
@@ -29,16 +33,18 @@ type Stats struct {
 	Corrupt    uint64 // impossible words this handle reset: a TAT too far ahead, a lock or a key word no process wrote
 }
 
-// Counters are a handle's event counts (see Stats), cheap to read: no walk
-// of the table.
-type Counters struct {
-	Allowed, Denied, Evicted, Contended, Duplicates, Recovered, Corrupt uint64
+// counts are a handle's event counts (see Stats), cheap to read: no walk of
+// the table. The shm store reads them through internal/tablecounts.
+type counts = tablecounts.Counts
+
+func init() {
+	tablecounts.Of = func(t any) tablecounts.Counts { return t.(*Table).counters() }
 }
 
-// Counters returns this handle's counts since Open. Unlike Stats it does
-// not walk the table, so it suits a metrics scrape or a periodic check.
-func (t *Table) Counters() Counters {
-	c := Counters{
+// counters returns this handle's counts since Open. Unlike Stats it does
+// not walk the table.
+func (t *Table) counters() counts {
+	c := counts{
 		Evicted:    t.rare.evicted.Load(),
 		Contended:  t.rare.contended.Load(),
 		Duplicates: t.rare.duplicates.Load(),
@@ -60,7 +66,7 @@ func (t *Table) Stats() Stats {
 	if !t.closed.Load() {
 		keys, locked = t.walk()
 	}
-	c := t.Counters()
+	c := t.counters()
 	s := Stats{
 		Keys:       keys,
 		Locked:     locked,

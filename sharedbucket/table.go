@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluice-go/sluice/internal/gcra"
 )
 
 // MaxKeyLen is the longest key the table accepts, in bytes.
@@ -206,11 +208,7 @@ func (t *Table) DecideAt(key string, cost, now int64) Decision {
 func (t *Table) decision(o outcome, cost int64) Decision {
 	// The debt of an outcome lies in [0, τ], so the quotient needs no clamp
 	// (Go's float min and max cost a few ns for NaN handling).
-	d := Decision{Allowed: o.ok, Remaining: float64(t.tau-o.debt) / float64(t.interval), ResetAfter: time.Duration(o.debt)}
-	if !o.ok {
-		d.RetryAfter = t.retryAfter(o.debt, cost)
-	}
-	return d
+	return Decision(gcra.Figures(o.ok, o.debt, cost*t.interval, t.interval, t.tau))
 }
 
 // outcome is what decideFrom found: the decision, the bucket's debt after it
@@ -235,9 +233,10 @@ func (t *Table) decideFrom(h uint64, cost, now int64, live bool, s *slot) outcom
 		s = t.find(h)
 	}
 	if s != nil {
-		if debt, ok := t.spendOnce(s, h, cost, now); ok {
+		need := cost * t.interval
+		if tat, ok := t.spendOnce(s, h, now, need, t.tau-need); ok {
 			t.counts.add(true)
-			return outcome{s: s, debt: debt, ok: true}
+			return outcome{s: s, debt: tat - now, ok: true}
 		}
 	}
 	return t.decideRest(h, cost, now, live, s)
@@ -271,20 +270,18 @@ func (t *Table) decideRest(h uint64, cost, now int64, live bool, s *slot) outcom
 }
 
 // spendOnce is the common case of a spend in one pass, small enough to
-// inline: the key's slot, one load of each word, one CAS. It reports
-// whether it spent cost (and the debt after), and false for anything else
-// (a denial, a slot that moved, a lost CAS): decideFrom then decides.
-func (t *Table) spendOnce(s *slot, h uint64, cost, now int64) (int64, bool) {
+// inline (the budget is tight: check with go build -gcflags=-m): the key's
+// slot, one load of each word, one CAS. need is cost·T and room τ − need,
+// computed by the caller before the load (see gcra.Step). It reports
+// whether it spent need (and the TAT it stored), and false for anything
+// else (a denial, a slot that moved, a lost CAS): decideFrom then decides.
+func (t *Table) spendOnce(s *slot, h uint64, now, need, room int64) (int64, bool) {
 	tat := s.tat.Load()
 	if s.key.Load() != h {
 		return 0, false
 	}
-	need := cost * t.interval
-	var d int64
-	if tat > now { // compare first: tat − now cannot overflow then
-		d = tat - now
-	}
-	return d + need, d <= t.tau-need && s.tat.CompareAndSwap(tat, now+d+need)
+	next, ok := gcra.Step(tat, now, need, room)
+	return next, ok && s.tat.CompareAndSwap(tat, next)
 }
 
 // gaveUp records a call that gave up under contention and returns its
@@ -317,9 +314,10 @@ const (
 	spendContended
 )
 
-// spend is the GCRA step on h's slot s: allowed iff max(tat, now) + cost·T −
-// now ≤ τ, and then one CAS stores max(tat, now) + cost·T. A denial writes
-// nothing (except to repair a damaged word). It returns the result and the
+// spend is the GCRA step (gcra.Step) on h's slot s: allowed iff
+// max(tat, now) + cost·T − now ≤ τ, and then one CAS stores
+// max(tat, now) + cost·T. A denial writes nothing (except to repair a
+// damaged word). It returns the result and the
 // debt after the decision.
 //
 // Why the key is read after the TAT and before the CAS: a slot changes owner
@@ -337,23 +335,22 @@ const (
 // refresh set (the live clock) a long retry sequence re-reads the clock.
 func (t *Table) spend(s *slot, h uint64, cost, now int64, refresh bool) (int, int64) {
 	need := cost * t.interval
+	room := t.tau - need // outside the loop: see gcra.Step
 	for try := 1; ; try++ {
 		tat := s.tat.Load()
 		if s.key.Load() != h {
 			return spendMoved, 0
 		}
-		var d int64    // debt in ns; 0 means the bucket is full
-		if tat > now { // compare first: tat − now cannot overflow then
-			d = tat - now
-		}
-		if d > t.tau-need {
+		next, ok := gcra.Step(tat, now, need, room)
+		d := next - now // debt in ns after the decision; 0 means the bucket is full
+		if !ok {
 			if d > t.tau+repairSlack {
 				d = t.repair(s, tat, now, refresh)
 			}
 			return spendDenied, min(d, t.tau)
 		}
-		if s.tat.CompareAndSwap(tat, now+d+need) {
-			return spendAllowed, d + need
+		if s.tat.CompareAndSwap(tat, next) {
+			return spendAllowed, d
 		}
 		if try == maxCASTries {
 			return spendContended, 0

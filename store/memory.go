@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/gcra"
+	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/keyhash"
 	"github.com/sluice-go/sluice/internal/monotime"
 )
@@ -30,6 +32,7 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
+	inProcess                       // zero-size: Allow never waits, so callers skip per-call timeouts
 	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
 	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
 	clock      func() time.Duration // WithClock's; nil means the store's own (see now)
@@ -153,6 +156,9 @@ func (c *intervalCache) of(rate float64) int64 {
 	return t
 }
 
+// inProcess marks Memory for internal/inprocess.Is.
+type inProcess = inprocess.Marker
+
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)
 
@@ -213,7 +219,8 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 		return Result{}, Check(cost, p)
 	}
 	T := m.intervals.of(p.Rate)
-	tau := T * p.Burst
+	tau, need := T*p.Burst, cost*T
+	room := tau - need // computed once: see gcra.Step
 	// One hash serves both the shard (its low bits) and the slot (the rest).
 	h, a, b := m.hk.StringWords(key)
 	s := &m.shards[h&(memoryShards-1)]
@@ -231,18 +238,18 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 			if tat == frozen {
 				break // the table is being replaced: take the lock
 			}
-			base, next, ok := admit(tat, now, cost, T, tau)
+			next, ok := gcra.Step(tat, now, need, room)
 			if !ok || slot.tat.CompareAndSwap(tat, next) {
-				return result(ok, base, next, now, T, tau), nil
+				return Result(gcra.Figures(ok, next-now, need, T, tau)), nil
 			}
 		}
 	}
-	return m.allowLocked(s, k, long, cost, T, tau), nil
+	return m.allowLocked(s, k, long, need, T, tau), nil
 }
 
 // allowLocked decides for a key the lock-free path could not: one not in
 // the table yet, or one whose table was being replaced.
-func (m *Memory) allowLocked(s *memShard, k memKey, long string, cost, T, tau int64) Result {
+func (m *Memory) allowLocked(s *memShard, k memKey, long string, need, T, tau int64) Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Why the clock is read under the lock here: a sweep reads its own now
@@ -254,14 +261,15 @@ func (m *Memory) allowLocked(s *memShard, k memKey, long string, cost, T, tau in
 	if slot := s.tab.Load().find(k, long); slot != nil {
 		for { // never frozen here: only holders of the lock freeze, and they publish the new table first
 			tat := slot.tat.Load()
-			next, r := Decide(tat, now, cost, T, tau)
-			if !r.Allowed || slot.tat.CompareAndSwap(tat, next) {
-				return r
+			next, ok := gcra.Step(tat, now, need, tau-need)
+			if !ok || slot.tat.CompareAndSwap(tat, next) {
+				return Result(gcra.Figures(ok, next-now, need, T, tau))
 			}
 		}
 	}
-	next, r := Decide(now, now, cost, T, tau) // a key never seen is full
-	if !r.Allowed {
+	next, ok := gcra.Step(now, now, need, tau-need) // a key never seen is full
+	r := Result(gcra.Figures(ok, next-now, need, T, tau))
+	if !ok {
 		return r
 	}
 	t := s.tab.Load()
@@ -469,6 +477,3 @@ func (m *Memory) Close() error {
 	})
 	return nil
 }
-
-// InProcess marks Memory as a store.InProcess store.
-func (m *Memory) InProcess() {}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/gcra"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -48,11 +49,11 @@ func (m *mapMemory) Allow(key string, cost int64, p store.Policy) (store.Result,
 	if !ok {
 		tat = now
 	}
-	next, r := store.Decide(tat, now, cost, T, T*p.Burst)
-	if r.Allowed {
+	next, ok := gcra.Step(tat, now, cost*T, T*p.Burst-cost*T)
+	if ok {
 		s.tat[key] = next
 	}
-	return r, nil
+	return store.Result(gcra.Figures(ok, next-now, cost*T, T, T*p.Burst)), nil
 }
 
 func (m *mapMemory) Sweep() int {

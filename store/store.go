@@ -1,15 +1,26 @@
-// Package store defines where the rate-limit service keeps its buckets and the
-// GCRA arithmetic every store shares.
+// Package store defines where the rate-limit service keeps its buckets.
 //
 // A Store answers one question per request: may key spend cost tokens under
 // policy p now? Every implementation (the in-process Memory store, the shared-
 // memory store over package sharedbucket, and the Redis store) applies the
-// same GCRA rule ([Decide] here, sharedbucket's table, the Redis store's Lua
-// script), held to one table of cases that each of them passes, so they
+// same GCRA rule, with T = Policy.Interval and τ = Policy.Tolerance: a
+// request of cost tokens at now, on a key whose theoretical arrival time is
+// tat, is allowed iff
+//
+//	max(tat, now) + cost·T − now ≤ τ,
+//
+// and then the key's TAT becomes max(tat, now) + cost·T; a denial changes
+// nothing. The Go stores share one implementation of that step and the Redis
+// store's script follows it, all held to one table of cases, so the stores
 // differ only in where the one int64 per key lives and whose clock "now" is
-// read from. (One difference remains: the interval of a rate that is not a
-// whole number of nanoseconds is rounded to the nearest nanosecond here and in
-// the Redis store, and up in sharedbucket.)
+// read from. Over any window [s, e] a key admits at most burst + (e−s)/T
+// tokens.
+//
+// The interval of a rate that is not a whole number of nanoseconds per token
+// is rounded up (3 per second: T = 333333334 ns), in every store and in
+// sharedbucket alike. Why up: the admitted rate is then never above the
+// configured one (it is below it by less than a nanosecond per token), and
+// every store gives the same answer at the same times.
 package store
 
 import (
@@ -31,6 +42,19 @@ const MaxTolerance = time.Duration(1 << 52)
 // exists.
 var ErrCostExceedsBurst = errors.New("store: cost exceeds burst; it can never be allowed")
 
+// Check validates the cost every store's Allow receives: it returns
+// ErrCostExceedsBurst when cost > p.Burst and an error naming cost when it is
+// below 1.
+func Check(cost int64, p Policy) error {
+	if cost < 1 {
+		return fmt.Errorf("store: cost %d must be at least 1", cost)
+	}
+	if cost > p.Burst {
+		return ErrCostExceedsBurst
+	}
+	return nil
+}
+
 // ErrClosed is returned by a Store used after Close.
 var ErrClosed = errors.New("store: closed")
 
@@ -45,13 +69,15 @@ type Policy struct {
 }
 
 // Interval is the GCRA emission interval T: the time one token takes to
-// refill, rounded to the nanosecond (halves away from zero).
+// refill, 1s/Rate rounded up to a whole nanosecond.
+//
+// Why up and not to the nearest: a T rounded down would let a key through
+// faster than Rate (3 per second at 333333333 ns would admit 3.000000003 per
+// second), while a T rounded up keeps the admitted rate at most Rate, below
+// it by less than a nanosecond per token. sharedbucket.Policy rounds the same
+// way, so the shm store agrees with this one.
 func (p Policy) Interval() time.Duration {
-	// Why Floor(x + 0.5) and not math.Round(x): it is one rounding
-	// instruction on amd64 and arm64 instead of Round's bit manipulation,
-	// and the same value for every x a valid policy has (1 ≤ x < 2^52,
-	// where x + 0.5 is exact).
-	return time.Duration(math.Floor(float64(time.Second)/p.Rate + 0.5))
+	return time.Duration(math.Ceil(float64(time.Second) / p.Rate))
 }
 
 // Tolerance is τ = Burst·T: how far ahead of now a key's theoretical arrival
@@ -109,11 +135,4 @@ type Store interface {
 	Name() string
 	// Close releases the store's resources. Later calls return ErrClosed.
 	Close() error
-}
-
-// InProcess is implemented by stores whose Allow never waits on I/O (the
-// memory and shm stores). Callers may skip per-call timeouts for them: a
-// context.WithTimeout costs a timer per request for nothing.
-type InProcess interface {
-	InProcess()
 }

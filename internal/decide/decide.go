@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/store"
 )
@@ -57,8 +58,8 @@ type Decision struct {
 // Config configures New.
 type Config struct {
 	Store store.Store
-	// Timeout bounds each store call; zero or negative means no bound. A
-	// store.InProcess store is never bounded: it does not wait, and a
+	// Timeout bounds each store call; zero or negative means no bound. An
+	// in-process store (the memory and shm stores: inprocess.Is) is never bounded: it does not wait, and a
 	// context.WithTimeout would cost a timer per request for nothing.
 	Timeout  time.Duration
 	FailOpen bool // a failed store's requests are allowed
@@ -78,7 +79,7 @@ type Gate struct {
 // New returns a Gate over c.Store.
 func New(c Config) *Gate {
 	g := &Gate{store: c.Store, timeout: max(c.Timeout, 0), failOpen: c.FailOpen, timed: c.Timed}
-	if _, ok := c.Store.(store.InProcess); ok {
+	if inprocess.Is(c.Store) {
 		g.timeout = 0
 	}
 	return g

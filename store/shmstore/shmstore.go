@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/inprocess"
+	"github.com/sluice-go/sluice/internal/tablecounts"
 	"github.com/sluice-go/sluice/sharedbucket"
 	"github.com/sluice-go/sluice/store"
 )
@@ -34,6 +36,8 @@ import (
 // Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
 // the zero value is not usable (use Open). Allow never blocks.
 type Store struct {
+	inProcess // Allow never waits: callers skip per-call timeouts
+
 	arena  *sharedbucket.Arena // the directory; tables are opened with openHeld
 	opts   []sharedbucket.Option
 	closed atomic.Bool
@@ -42,6 +46,9 @@ type Store struct {
 	tables map[tableID]*sharedbucket.Table // guarded by mu; grows once per policy
 	held   []io.Closer                     // guarded by mu: the flocks on the tables' files
 }
+
+// inProcess marks Store for internal/inprocess.Is.
+type inProcess = inprocess.Marker
 
 type tableID struct {
 	interval time.Duration
@@ -172,7 +179,7 @@ func (s *Store) Evictions(p store.Policy) (evicted, contended uint64) {
 	if t == nil {
 		return 0, 0
 	}
-	c := t.Counters()
+	c := tablecounts.Of(t) // not Stats: no walk of the table
 	return c.Evicted, c.Contended
 }
 
@@ -255,9 +262,6 @@ func (s *Store) Close() error {
 	}
 	return first
 }
-
-// InProcess marks Store as a store.InProcess store: Allow never waits.
-func (s *Store) InProcess() {}
 
 // Prepare opens (creating if needed) the tables of the given policies now
 // rather than at their first request, so a mismatch with tables other
