@@ -90,8 +90,12 @@ func TestGoroutineModeMockClock(t *testing.T) {
 	mock.Add(1 * time.Millisecond) // the refill timer fires on its own goroutine
 	assert.Equal(t, 0, <-done, "FIFO: the first to park goes first")
 	assert.Equal(t, 2, l.Waiters())
-	mock.Add(200 * time.Millisecond) // two more tokens
+	// One token at a time: two granted by one Add would wake two goroutines
+	// whose sends to done race, so their order would say nothing of FIFO.
+	mock.Add(100 * time.Millisecond)
 	assert.Equal(t, 1, <-done)
+	assert.Equal(t, 1, l.Waiters(), "the grant re-armed the refill for the last waiter")
+	mock.Add(100 * time.Millisecond)
 	assert.Equal(t, 2, <-done)
 	assert.Equal(t, 0, l.Waiters())
 	mock.Add(50 * time.Millisecond)
