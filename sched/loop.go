@@ -51,6 +51,11 @@ type loop struct {
 	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
 	nwatched atomic.Int32 // watched.len, read without mu to skip an empty settle
 	poke     func()       // l.signal, bound once: the callback of every watch
+
+	// Test hooks, nil outside this package's tests; a fiber sets them
+	// before the Blocking calls they watch.
+	hookIdle         func() // the loop is about to wait for the outside
+	hookBlockingWoke func() // a Blocking goroutine woke its fiber; its count has not dropped yet
 }
 
 func newLoop(cfg config) *loop {
@@ -335,16 +340,35 @@ func (l *loop) settle() {
 	}
 }
 
-// outsidePending reports whether a wake may still arrive from outside the
-// loop: a Blocking call in flight, or wakes already in the inbox. Virtual
-// time must not move then, nor may the loop report a deadlock. Watched
-// contexts need no look here: the drain at the top of the same iteration
-// has just settled every one that was done, one scan per decision (a cancel
-// from another goroutine in between lands at the next decision).
-func (l *loop) outsidePending() bool {
+// awaitOutside waits for a wake that may still arrive from outside the
+// loop, a Blocking call in flight or wakes already in the inbox, and
+// reports whether there was one; false means none can come, so virtual time
+// may move or the loop report a deadlock. Watched contexts need no look
+// here: the drain at the top of the same iteration has just settled every
+// one that was done, one scan per decision (a cancel from another
+// goroutine in between lands at the next decision).
+//
+// Why the look and the sleep are one step under l.mu: a Blocking goroutine
+// wakes its fiber and only then drops the count, and the fiber may have run
+// on and parked again meanwhile. Had the count dropped between a look that
+// saw the call in flight and a sleep taken apart from it, the loop would
+// sleep with nothing left to wake it: the goroutine signals only a loop
+// already marked asleep.
+func (l *loop) awaitOutside() bool {
+	if l.hookIdle != nil {
+		l.hookIdle()
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.blocking > 0 || len(l.inbox) > 0
+	switch {
+	case len(l.inbox) > 0:
+		l.mu.Unlock()
+		return true
+	case l.blocking == 0:
+		l.mu.Unlock()
+		return false
+	}
+	l.sleepLocked()
+	return true
 }
 
 // drain moves woken fibers from the inbox to the run queue.
@@ -367,14 +391,20 @@ func (l *loop) drain() {
 	l.spare = in
 }
 
-// sleep blocks the loop until something arrives in the inbox (or a
-// Blocking call ends).
+// sleep blocks the loop until something arrives in the inbox: under real
+// time, a timer's wake or one from another goroutine.
 func (l *loop) sleep() {
 	l.mu.Lock()
 	if len(l.inbox) > 0 {
 		l.mu.Unlock()
 		return
 	}
+	l.sleepLocked()
+}
+
+// sleepLocked marks the loop asleep, releases l.mu and blocks until signal;
+// ready and the end of a Blocking call signal a loop marked asleep.
+func (l *loop) sleepLocked() {
 	l.sleeping = true
 	l.mu.Unlock()
 	<-l.notify
@@ -459,8 +489,7 @@ func (l *loop) run() {
 				}
 				continue
 			}
-			if l.outsidePending() {
-				l.sleep()
+			if l.awaitOutside() {
 				continue
 			}
 			return // daemons that parked again after cancellation: shutdown stops them
@@ -469,8 +498,7 @@ func (l *loop) run() {
 			l.sleep()
 			continue
 		}
-		if l.outsidePending() {
-			l.sleep()
+		if l.awaitOutside() {
 			continue
 		}
 		if l.advancer != nil {
