@@ -29,7 +29,7 @@ type loop struct {
 	current          *Fiber
 	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
 	nextID           uint64
-	liveHead         *Fiber // every fiber not yet ended
+	alive            list[Fiber] // every fiber not yet ended, newest first
 	live, nonDaemon  int
 	daemonsCancelled bool
 	advancer         *Fiber // the fiber inside Advance, if any
@@ -97,11 +97,7 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	l.nextID++
 	f := &Fiber{l: l, id: l.nextID, daemon: daemon, ctx: ctx, fn: fn}
 	f.joiners = f.joiner1[:0] // the usual single joiner needs no allocation
-	f.nextLive = l.liveHead
-	if l.liveHead != nil {
-		l.liveHead.prev = f
-	}
-	l.liveHead = f
+	l.alive.pushFront(f)
 	l.live++
 	if !daemon {
 		l.nonDaemon++
@@ -139,11 +135,9 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 			// Run is stopping this fiber. A wait it was in ends as a
 			// cancellation, so the owner's OnCancel takes it out of its
 			// queue and passes on what it held: nothing is lost.
+			// Nobody waits to be resumed: this fiber unwinds instead.
 			if w != nil {
-				gen := w.gen()
-				if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) && w.OnCancel != nil {
-					w.OnCancel()
-				}
+				w.tryCancel(w.gen())
 			}
 			panic(errKilled)
 		}
@@ -180,6 +174,7 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 //     O(settled watches) per decision. The standard library's goroutine
 //     only wakes a sleeping loop.
 type watch struct {
+	ln   node // in a watchList, guarded as fired is; first, see list
 	ctx  context.Context
 	fire func()      // ends the wait; runs once
 	stop func() bool // the context.AfterFunc that wakes the loop; settled watches only
@@ -187,51 +182,35 @@ type watch struct {
 	// Guarded by loop.mu (settled) or af.c.mu (linked).
 	fired  bool
 	listed bool
-	prev   *watch
-	next   *watch
 }
 
 // watchList is a doubly linked list of watches in registration order, the
 // order in which they fire: deterministic, unlike a map's.
 type watchList struct {
-	head, tail *watch
-	len        int
+	list[watch]
+	len int
 }
 
 func (q *watchList) push(n *watch) {
-	n.prev, n.next, n.listed = q.tail, nil, true
-	if q.tail != nil {
-		q.tail.next = n
-	} else {
-		q.head = n
-	}
-	q.tail = n
+	q.pushBack(n)
+	n.listed = true
 	q.len++
 }
 
 func (q *watchList) remove(n *watch) {
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		q.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		q.tail = n.prev
-	}
-	n.prev, n.next, n.listed = nil, nil, false
+	q.list.remove(n)
+	n.listed = false
 	q.len--
 }
 
 // takeAll empties q, marking every watch fired, and returns them, still
 // chained in order, for fireAll (run without the list's lock).
 func (q *watchList) takeAll() *watch {
-	head := q.head
-	for n := head; n != nil; n = n.next {
+	head := q.list.takeAll()
+	for n := head; n != nil; n = next(n) {
 		n.fired, n.listed = true, false
 	}
-	*q = watchList{}
+	q.len = 0
 	return head
 }
 
@@ -239,10 +218,10 @@ func (q *watchList) takeAll() *watch {
 // unlisted watch's links, so the chain needs no lock.
 func fireAll(head *watch) {
 	for n := head; n != nil; {
-		next := n.next
-		n.prev, n.next = nil, nil
+		nx := next(n)
+		unlink(n)
 		n.fire()
-		n = next
+		n = nx
 	}
 }
 
@@ -324,7 +303,7 @@ func (l *loop) settle() {
 		var buf [8]func()
 		fire := buf[:0]
 		l.mu.Lock()
-		for n := l.watched.head; n != nil; n = n.next {
+		for n := l.watched.front(); n != nil; n = next(n) {
 			if !n.fired && n.ctx.Err() != nil {
 				n.fired = true
 				fire = append(fire, n.fire)
@@ -444,15 +423,7 @@ func (l *loop) resume(f *Fiber) {
 }
 
 func (l *loop) end(f *Fiber) {
-	if f.prev != nil {
-		f.prev.nextLive = f.nextLive
-	} else {
-		l.liveHead = f.nextLive
-	}
-	if f.nextLive != nil {
-		f.nextLive.prev = f.prev
-	}
-	f.prev, f.nextLive = nil, nil
+	l.alive.remove(f)
 	l.live--
 	if !f.daemon {
 		l.nonDaemon--
@@ -482,7 +453,7 @@ func (l *loop) run() {
 			}
 			if !l.daemonsCancelled {
 				l.daemonsCancelled = true
-				for f := l.liveHead; f != nil; f = f.nextLive {
+				for f := l.alive.front(); f != nil; f = next(f) {
 					if c, ok := f.ctx.(*loopCtx); ok && f.daemon {
 						c.cancel(context.Canceled, nil)
 					}
@@ -539,7 +510,7 @@ func (l *loop) pick() *Fiber {
 func (l *loop) deadlock() *DeadlockError {
 	e := &DeadlockError{At: l.clock.Now()}
 	var parked []*Fiber
-	for f := l.liveHead; f != nil; f = f.nextLive {
+	for f := l.alive.front(); f != nil; f = next(f) {
 		parked = append(parked, f)
 	}
 	sort.Slice(parked, func(i, j int) bool { return parked[i].id < parked[j].id })
@@ -572,8 +543,8 @@ func (l *loop) shutdown(root *loopCtx) {
 	l.ended.Store(true)
 	l.setCurrent(nil)
 	root.cancel(context.Canceled, nil)
-	for l.liveHead != nil {
-		f := l.liveHead
+	for l.alive.front() != nil {
+		f := l.alive.front()
 		if w := f.w; w != nil {
 			l.setCurrent(f)
 			w.stop() // a parked fiber unwinds from park with errKilled
