@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
 // ctxKey is the context key under which a loop's contexts find the nearest
@@ -39,7 +41,7 @@ type loopCtx struct {
 	cause      error
 	funcs      afterFuncList // AfterFunc callbacks, run once on cancel, in registration order
 	waiters    list[Waiter]  // parked Waiters, cancelled on cancel
-	timer      Timer         // the deadline timer, nil when none is armed
+	timer      loopctx.Timer // the deadline timer, nil when none is armed
 	stopParent func() bool   // unregisters from a loop context parent
 	watching   *watch        // the watch on a standard parent
 }

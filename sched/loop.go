@@ -14,12 +14,13 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/vclock"
 )
 
 // A loop is the state of one Run.
 type loop struct {
-	clock   Clock
+	clock   loopctx.Clock
 	virtual *vclock.Clock // nil under real time
 
 	// Loop-thread state: touched only by the goroutine in Run and by the one
@@ -72,9 +73,9 @@ func newLoop(cfg config) *loop {
 		l.virtual = cfg.virtual
 		l.clock = virtualClock{cfg.virtual}
 	case cfg.real != nil:
-		l.clock = realClock{cfg.real}
+		l.clock = loopctx.Real(cfg.real)
 	default:
-		l.clock = realClock{clock.New()}
+		l.clock = loopctx.Real(clock.New())
 	}
 	return l
 }
