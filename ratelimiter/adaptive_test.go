@@ -70,7 +70,7 @@ func TestAdaptiveRisesWhileUsed(t *testing.T) {
 	s := &setter{rate: 10}
 	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
 	require.NoError(t, err)
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	feed(a, &now, 3*time.Second)
 	assert.GreaterOrEqual(t, a.Rate(), 40.0, "three seconds of clean answers")
 	assert.LessOrEqual(t, a.Rate(), 80.0, "at most doubled each second")
@@ -85,7 +85,7 @@ func TestAdaptiveIdleDoesNotRise(t *testing.T) {
 	s := &setter{rate: 100}
 	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
 	require.NoError(t, err)
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	for range 60 {
 		now = now.Add(time.Second)
 		a.OK(now, now)
@@ -100,7 +100,7 @@ func TestAdaptiveCutsToMeasuredRate(t *testing.T) {
 	s := &setter{rate: 400}
 	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
 	require.NoError(t, err)
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	a.OK(now, now)
 	now = now.Add(10 * time.Millisecond)
 	a.Throttled(now, now, time.Second)
@@ -124,7 +124,7 @@ func TestAdaptiveCutsToMeasuredRate(t *testing.T) {
 func TestAdaptiveIgnoresThrottlesSentBeforeTheCut(t *testing.T) {
 	a, err := ratelimiter.NewAdaptive(&setter{rate: 100}, 1, 1000)
 	require.NoError(t, err)
-	sent := vclock.Epoch
+	sent := vclock.Epoch()
 	now := sent.Add(50 * time.Millisecond)
 	a.Throttled(sent, now, 0)
 	require.Equal(t, 50.0, a.Rate())
@@ -145,7 +145,7 @@ func TestAdaptiveStaysInBounds(t *testing.T) {
 	s := &setter{rate: 50}
 	a, err := ratelimiter.NewAdaptive(s, 5, 200)
 	require.NoError(t, err)
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	ceiling := math.Inf(1)
 	for i := range 100000 {
 		now = now.Add(time.Duration(r.IntN(int(20 * time.Millisecond))))
@@ -173,7 +173,7 @@ func TestAdaptiveCeiling(t *testing.T) {
 	require.NoError(t, err)
 	a.SetCeiling(40)
 	assert.Equal(t, 40.0, a.Rate())
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	feed(a, &now, 5*time.Second)
 	assert.Equal(t, 40.0, a.Rate())
 	a.SetCeiling(0)
@@ -187,7 +187,7 @@ func TestAdaptiveLogsChanges(t *testing.T) {
 	l := slog.New(slog.NewTextHandler(&buf, nil))
 	a, err := ratelimiter.NewAdaptive(&setter{rate: 100}, 1, 1000, ratelimiter.LogChanges(l, 2))
 	require.NoError(t, err)
-	now := vclock.Epoch
+	now := vclock.Epoch()
 	a.OK(now, now)
 	a.Throttled(now, now, 0) // 100 → 50: not more than a factor of 2
 	assert.Empty(t, buf.String())

@@ -28,7 +28,7 @@ func Example() {
 			if err := limiter.Acquire(ctx, 1); err != nil {
 				return err
 			}
-			fmt.Printf("request %d at +%v\n", i, sched.Now(ctx).Sub(vclock.Epoch))
+			fmt.Printf("request %d at +%v\n", i, sched.Now(ctx).Sub(vclock.Epoch()))
 		}
 		return nil
 	}, sched.Virtual(time.Time{}))
@@ -52,7 +52,7 @@ func Example_timeout() {
 	_ = sched.Run(context.Background(), func(ctx context.Context) error {
 		limiter, _ := ratelimiter.New(ctx, 1, 1)
 		_ = limiter.Acquire(ctx, 1) // spend the one token: the next comes at +1s
-		since := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+		since := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 
 		wctx, cancel := sched.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
@@ -81,7 +81,7 @@ func Example_batch() {
 	_ = sched.Run(context.Background(), func(ctx context.Context) error {
 		limiter, _ := ratelimiter.New(ctx, 100, 10)
 		_ = limiter.Acquire(ctx, 50)
-		fmt.Printf("batch of 50 cleared at +%v\n", sched.Now(ctx).Sub(vclock.Epoch))
+		fmt.Printf("batch of 50 cleared at +%v\n", sched.Now(ctx).Sub(vclock.Epoch()))
 		return nil
 	}, sched.Virtual(time.Time{}))
 	// Output:

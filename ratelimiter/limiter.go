@@ -65,9 +65,9 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/queue"
-	"github.com/sluice-go/sluice/sched"
 )
 
 // ErrStopped is returned by Acquire once the limiter is stopped, by Stop or
@@ -218,7 +218,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	c := sched.ClockOf(ctx, cfg.clock)
+	c := loopctx.ClockOf(ctx, cfg.clock)
 	l := &Limiter{}
 	alarm := alarm.New(c, func() { l.q.Refill() })
 	var full int64
@@ -231,7 +231,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		// Real time outside any synctest bubble (no loop, no WithClock):
 		// read the monotonic clock alone, from an origin read just before
 		// the epoch (see Now).
-		if cfg.clock == nil && !sched.InLoop(ctx) && !monotime.Bubbled() {
+		if cfg.clock == nil && !loopctx.InLoop(ctx) && !monotime.Bubbled() {
 			b.mono, b.origin = true, monotime.Now()
 		}
 		b.base = c.Now()
@@ -248,7 +248,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		}
 	}
 	l.q = queue.New("ratelimiter.Acquire", full, l.src)
-	l.stopWatch = sched.AfterRun(ctx, func() { l.q.Close(ErrStopped) })
+	l.stopWatch = loopctx.AfterRun(ctx, func() { l.q.Close(ErrStopped) })
 	return l, nil
 }
 

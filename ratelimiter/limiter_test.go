@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// run runs main in a virtual-time loop starting at vclock.Epoch and fails
+// run runs main in a virtual-time loop starting at vclock.Epoch() and fails
 // the test on its error.
 func run(t *testing.T, main func(ctx context.Context) error) {
 	t.Helper()
@@ -31,7 +31,7 @@ func run(t *testing.T, main func(ctx context.Context) error) {
 }
 
 // since is the virtual time elapsed in the run.
-func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 
 func newLimiter(t *testing.T, ctx context.Context, rate float64, burst int) *ratelimiter.Limiter {
 	t.Helper()
@@ -283,7 +283,7 @@ func TestUnstoppedLimiterEndsRun(t *testing.T) {
 	}, sched.WithVirtualClock(vc))
 	require.NoError(t, err)
 	// 12 tokens: 10 at once, 2 more at 5/s, the last at +400ms.
-	assert.Equal(t, vclock.Epoch.Add(400*time.Millisecond), vc.Now())
+	assert.Equal(t, vclock.Epoch().Add(400*time.Millisecond), vc.Now())
 	assert.Equal(t, 0, vc.Pending(), "no timer left armed")
 	assert.False(t, l.Running(), "the run's end stopped the limiter")
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/queue"
-	"github.com/sluice-go/sluice/sched"
 )
 
 // The refill: bucket, the queue.Queue Source of a Limiter. Tokens accrue
@@ -40,7 +40,7 @@ const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per 
 // lock (every Source method runs under it) while held is true; otherwise it
 // is the fast word's (see fast.go).
 type bucket struct {
-	clock  sched.Clock
+	clock  loopctx.Clock
 	mono   bool      // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
 	origin int64     // when mono, monotime.Now() just before epoch was read
 	epoch  time.Time // the first reading; the origin of every later one when mono, and of the fast word's

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/queue"
-	"github.com/sluice-go/sluice/sched"
 )
 
 // SharedBucket is a token bucket held outside the limiter, which other
@@ -75,14 +75,14 @@ const closedRetry = time.Second
 //
 // This is the one place the limiter calls a SharedBucket.
 type shared struct {
-	clock  sched.Clock
+	clock  loopctx.Clock
 	alarm  *alarm.Alarm
 	bucket SharedBucket
 	rate   float64
 	burst  int64
 }
 
-func newShared(c sched.Clock, b SharedBucket) *shared {
+func newShared(c loopctx.Clock, b SharedBucket) *shared {
 	return &shared{clock: c, bucket: b, rate: b.Rate(), burst: b.Burst()}
 }
 

@@ -7,18 +7,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
 // TestLoopOfWrapped: the loop is found through any context wrapper.
 func TestLoopOfWrapped(t *testing.T) {
 	type key struct{}
-	require.False(t, sched.InLoop(context.Background()))
+	require.False(t, loopctx.InLoop(context.Background()))
 	require.NoError(t, runV(func(ctx context.Context) error {
 		wrapped, cancel := context.WithCancel(context.WithValue(ctx, key{}, 1))
 		defer cancel()
-		assert.True(t, sched.InLoop(ctx))
-		assert.True(t, sched.InLoop(wrapped))
+		assert.True(t, loopctx.InLoop(ctx))
+		assert.True(t, loopctx.InLoop(wrapped))
 		return nil
 	}))
 }
@@ -31,17 +31,17 @@ func TestAfterRun(t *testing.T) {
 	var saved context.Context
 	require.NoError(t, runV(func(ctx context.Context) error {
 		c, cancel := context.WithCancel(context.WithValue(ctx, key{}, 1))
-		stop := sched.AfterRun(c, func() { ran = append(ran, "a") })
+		stop := loopctx.AfterRun(c, func() { ran = append(ran, "a") })
 		require.NotNil(t, stop)
 		cancel()
-		unreg := sched.AfterRun(ctx, func() { ran = append(ran, "never") })
+		unreg := loopctx.AfterRun(ctx, func() { ran = append(ran, "never") })
 		assert.True(t, unreg())
 		assert.Empty(t, ran)
 		saved = c
 		return nil
 	}))
 	assert.Equal(t, []string{"a"}, ran)
-	sched.AfterRun(saved, func() { ran = append(ran, "late") })
+	loopctx.AfterRun(saved, func() { ran = append(ran, "late") })
 	assert.Equal(t, []string{"a", "late"}, ran)
-	assert.Nil(t, sched.AfterRun(context.Background(), func() {}))
+	assert.Nil(t, loopctx.AfterRun(context.Background(), func() {}))
 }

@@ -40,6 +40,9 @@ func Blocking(ctx context.Context, fn func() error) error {
 			// Wake before the count drops, so the loop never sees neither
 			// a Blocking call in flight nor the fiber it woke.
 			w.Wake()
+			if l.hookBlockingWoke != nil {
+				l.hookBlockingWoke()
+			}
 			l.mu.Lock()
 			l.blocking--
 			sleeping := l.sleeping

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
 // ctxKey is the context key under which a loop's contexts find the nearest
@@ -38,8 +40,8 @@ type loopCtx struct {
 	mu         sync.Mutex
 	cause      error
 	funcs      afterFuncList // AfterFunc callbacks, run once on cancel, in registration order
-	waiters    waiterList    // parked Waiters, cancelled on cancel
-	timer      Timer         // the deadline timer, nil when none is armed
+	waiters    list[Waiter]  // parked Waiters, cancelled on cancel
+	timer      loopctx.Timer // the deadline timer, nil when none is armed
 	stopParent func() bool   // unregisters from a loop context parent
 	watching   *watch        // the watch on a standard parent
 }
@@ -156,13 +158,13 @@ func (c *loopCtx) AfterFunc(f func()) (stop func() bool) {
 // package's code on the cancelling goroutine, which ends those waits then,
 // with no scan and no goroutine in between.
 type afterFunc struct {
-	c *loopCtx
-	f func()
+	ln node // in c.funcs, guarded by c.mu; first, see list
+	c  *loopCtx
+	f  func()
 
 	// Guarded by c.mu.
-	listed     bool // in c.funcs: neither run nor stopped
-	prev, next *afterFunc
-	watches    watchList // waits on the standard child registered through a
+	listed  bool      // in c.funcs: neither run nor stopped
+	watches watchList // waits on the standard child registered through a
 }
 
 // stop unregisters a, reporting whether it did so before f started. The
@@ -187,30 +189,16 @@ func (a *afterFunc) stop() bool {
 
 // afterFuncList is a doubly linked list of registrations in registration
 // order.
-type afterFuncList struct{ head, tail *afterFunc }
+type afterFuncList struct{ list[afterFunc] }
 
 func (q *afterFuncList) push(a *afterFunc) {
-	a.prev, a.next, a.listed = q.tail, nil, true
-	if q.tail != nil {
-		q.tail.next = a
-	} else {
-		q.head = a
-	}
-	q.tail = a
+	q.pushBack(a)
+	a.listed = true
 }
 
 func (q *afterFuncList) remove(a *afterFunc) {
-	if a.prev != nil {
-		a.prev.next = a.next
-	} else {
-		q.head = a.next
-	}
-	if a.next != nil {
-		a.next.prev = a.prev
-	} else {
-		q.tail = a.prev
-	}
-	a.prev, a.next, a.listed = nil, nil, false
+	q.list.remove(a)
+	a.listed = false
 }
 
 // addWaiter registers w to be cancelled with c. It reports false, registering
@@ -224,7 +212,7 @@ func (c *loopCtx) addWaiter(w *Waiter) bool {
 	if c.Err() != nil {
 		return false
 	}
-	c.waiters.push(w)
+	c.waiters.pushBack(w)
 	w.ctx = c
 	return true
 }
@@ -257,21 +245,20 @@ func (c *loopCtx) cancel(err, cause error) {
 	// Snapshot the waiters with the generation they waited in: a waiter
 	// woken and reused meanwhile must not be cancelled in its new wait.
 	var parked []waiterGen
-	for w := c.waiters.head; w != nil; w = w.ctxNext {
+	for w := c.waiters.takeAll(); w != nil; w = next(w) {
 		parked = append(parked, waiterGen{w, w.gen()})
 		w.ctx = nil
 	}
-	c.waiters = waiterList{}
 	// Every registration is taken with the waits linked to it: a wait
 	// that tries to link from now on finds c done and is settled instead.
 	var funcs []*afterFunc
-	for a := c.funcs.head; a != nil; {
-		next := a.next
-		a.prev, a.next, a.listed = nil, nil, false
+	for a := c.funcs.takeAll(); a != nil; {
+		nx := next(a)
+		unlink(a)
+		a.listed = false
 		funcs = append(funcs, a)
-		a = next
+		a = nx
 	}
-	c.funcs = afterFuncList{}
 	timer, stopParent, watching := c.timer, c.stopParent, c.watching
 	c.timer, c.stopParent, c.watching = nil, nil, nil
 	c.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 // A Fiber is one thread of control in a loop, started by Go or Daemon. Its
 // methods are safe for concurrent use.
 type Fiber struct {
+	live   node // in the loop's list of live fibers; first, see list
 	l      *loop
 	id     uint64
 	daemon bool
@@ -26,8 +27,6 @@ type Fiber struct {
 	panicVal any
 	panicked bool
 	stack    []byte
-	prev     *Fiber // the loop's list of live fibers
-	nextLive *Fiber
 
 	mu      sync.Mutex // guards the fields below, read by Wait from any goroutine
 	ended   bool

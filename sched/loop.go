@@ -14,12 +14,13 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/vclock"
 )
 
 // A loop is the state of one Run.
 type loop struct {
-	clock   Clock
+	clock   loopctx.Clock
 	virtual *vclock.Clock // nil under real time
 
 	// Loop-thread state: touched only by the goroutine in Run and by the one
@@ -29,7 +30,7 @@ type loop struct {
 	current          *Fiber
 	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
 	nextID           uint64
-	liveHead         *Fiber // every fiber not yet ended
+	alive            list[Fiber] // every fiber not yet ended, newest first
 	live, nonDaemon  int
 	daemonsCancelled bool
 	advancer         *Fiber // the fiber inside Advance, if any
@@ -51,6 +52,11 @@ type loop struct {
 	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
 	nwatched atomic.Int32 // watched.len, read without mu to skip an empty settle
 	poke     func()       // l.signal, bound once: the callback of every watch
+
+	// Test hooks, nil outside this package's tests; a fiber sets them
+	// before the Blocking calls they watch.
+	hookIdle         func() // the loop is about to wait for the outside
+	hookBlockingWoke func() // a Blocking goroutine woke its fiber; its count has not dropped yet
 }
 
 func newLoop(cfg config) *loop {
@@ -67,9 +73,9 @@ func newLoop(cfg config) *loop {
 		l.virtual = cfg.virtual
 		l.clock = virtualClock{cfg.virtual}
 	case cfg.real != nil:
-		l.clock = realClock{cfg.real}
+		l.clock = loopctx.Real(cfg.real)
 	default:
-		l.clock = realClock{clock.New()}
+		l.clock = loopctx.Real(clock.New())
 	}
 	return l
 }
@@ -92,11 +98,7 @@ func (l *loop) spawn(ctx context.Context, fn func(context.Context) error, daemon
 	l.nextID++
 	f := &Fiber{l: l, id: l.nextID, daemon: daemon, ctx: ctx, fn: fn}
 	f.joiners = f.joiner1[:0] // the usual single joiner needs no allocation
-	f.nextLive = l.liveHead
-	if l.liveHead != nil {
-		l.liveHead.prev = f
-	}
-	l.liveHead = f
+	l.alive.pushFront(f)
 	l.live++
 	if !daemon {
 		l.nonDaemon++
@@ -134,11 +136,9 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 			// Run is stopping this fiber. A wait it was in ends as a
 			// cancellation, so the owner's OnCancel takes it out of its
 			// queue and passes on what it held: nothing is lost.
+			// Nobody waits to be resumed: this fiber unwinds instead.
 			if w != nil {
-				gen := w.gen()
-				if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) && w.OnCancel != nil {
-					w.OnCancel()
-				}
+				w.tryCancel(w.gen())
 			}
 			panic(errKilled)
 		}
@@ -175,6 +175,7 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 //     O(settled watches) per decision. The standard library's goroutine
 //     only wakes a sleeping loop.
 type watch struct {
+	ln   node // in a watchList, guarded as fired is; first, see list
 	ctx  context.Context
 	fire func()      // ends the wait; runs once
 	stop func() bool // the context.AfterFunc that wakes the loop; settled watches only
@@ -182,51 +183,35 @@ type watch struct {
 	// Guarded by loop.mu (settled) or af.c.mu (linked).
 	fired  bool
 	listed bool
-	prev   *watch
-	next   *watch
 }
 
 // watchList is a doubly linked list of watches in registration order, the
 // order in which they fire: deterministic, unlike a map's.
 type watchList struct {
-	head, tail *watch
-	len        int
+	list[watch]
+	len int
 }
 
 func (q *watchList) push(n *watch) {
-	n.prev, n.next, n.listed = q.tail, nil, true
-	if q.tail != nil {
-		q.tail.next = n
-	} else {
-		q.head = n
-	}
-	q.tail = n
+	q.pushBack(n)
+	n.listed = true
 	q.len++
 }
 
 func (q *watchList) remove(n *watch) {
-	if n.prev != nil {
-		n.prev.next = n.next
-	} else {
-		q.head = n.next
-	}
-	if n.next != nil {
-		n.next.prev = n.prev
-	} else {
-		q.tail = n.prev
-	}
-	n.prev, n.next, n.listed = nil, nil, false
+	q.list.remove(n)
+	n.listed = false
 	q.len--
 }
 
 // takeAll empties q, marking every watch fired, and returns them, still
 // chained in order, for fireAll (run without the list's lock).
 func (q *watchList) takeAll() *watch {
-	head := q.head
-	for n := head; n != nil; n = n.next {
+	head := q.list.takeAll()
+	for n := head; n != nil; n = next(n) {
 		n.fired, n.listed = true, false
 	}
-	*q = watchList{}
+	q.len = 0
 	return head
 }
 
@@ -234,10 +219,10 @@ func (q *watchList) takeAll() *watch {
 // unlisted watch's links, so the chain needs no lock.
 func fireAll(head *watch) {
 	for n := head; n != nil; {
-		next := n.next
-		n.prev, n.next = nil, nil
+		nx := next(n)
+		unlink(n)
 		n.fire()
-		n = next
+		n = nx
 	}
 }
 
@@ -319,7 +304,7 @@ func (l *loop) settle() {
 		var buf [8]func()
 		fire := buf[:0]
 		l.mu.Lock()
-		for n := l.watched.head; n != nil; n = n.next {
+		for n := l.watched.front(); n != nil; n = next(n) {
 			if !n.fired && n.ctx.Err() != nil {
 				n.fired = true
 				fire = append(fire, n.fire)
@@ -335,16 +320,35 @@ func (l *loop) settle() {
 	}
 }
 
-// outsidePending reports whether a wake may still arrive from outside the
-// loop: a Blocking call in flight, or wakes already in the inbox. Virtual
-// time must not move then, nor may the loop report a deadlock. Watched
-// contexts need no look here: the drain at the top of the same iteration
-// has just settled every one that was done, one scan per decision (a cancel
-// from another goroutine in between lands at the next decision).
-func (l *loop) outsidePending() bool {
+// awaitOutside waits for a wake that may still arrive from outside the
+// loop, a Blocking call in flight or wakes already in the inbox, and
+// reports whether there was one; false means none can come, so virtual time
+// may move or the loop report a deadlock. Watched contexts need no look
+// here: the drain at the top of the same iteration has just settled every
+// one that was done, one scan per decision (a cancel from another
+// goroutine in between lands at the next decision).
+//
+// Why the look and the sleep are one step under l.mu: a Blocking goroutine
+// wakes its fiber and only then drops the count, and the fiber may have run
+// on and parked again meanwhile. Had the count dropped between a look that
+// saw the call in flight and a sleep taken apart from it, the loop would
+// sleep with nothing left to wake it: the goroutine signals only a loop
+// already marked asleep.
+func (l *loop) awaitOutside() bool {
+	if l.hookIdle != nil {
+		l.hookIdle()
+	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.blocking > 0 || len(l.inbox) > 0
+	switch {
+	case len(l.inbox) > 0:
+		l.mu.Unlock()
+		return true
+	case l.blocking == 0:
+		l.mu.Unlock()
+		return false
+	}
+	l.sleepLocked()
+	return true
 }
 
 // drain moves woken fibers from the inbox to the run queue.
@@ -367,14 +371,20 @@ func (l *loop) drain() {
 	l.spare = in
 }
 
-// sleep blocks the loop until something arrives in the inbox (or a
-// Blocking call ends).
+// sleep blocks the loop until something arrives in the inbox: under real
+// time, a timer's wake or one from another goroutine.
 func (l *loop) sleep() {
 	l.mu.Lock()
 	if len(l.inbox) > 0 {
 		l.mu.Unlock()
 		return
 	}
+	l.sleepLocked()
+}
+
+// sleepLocked marks the loop asleep, releases l.mu and blocks until signal;
+// ready and the end of a Blocking call signal a loop marked asleep.
+func (l *loop) sleepLocked() {
 	l.sleeping = true
 	l.mu.Unlock()
 	<-l.notify
@@ -414,15 +424,7 @@ func (l *loop) resume(f *Fiber) {
 }
 
 func (l *loop) end(f *Fiber) {
-	if f.prev != nil {
-		f.prev.nextLive = f.nextLive
-	} else {
-		l.liveHead = f.nextLive
-	}
-	if f.nextLive != nil {
-		f.nextLive.prev = f.prev
-	}
-	f.prev, f.nextLive = nil, nil
+	l.alive.remove(f)
 	l.live--
 	if !f.daemon {
 		l.nonDaemon--
@@ -452,15 +454,14 @@ func (l *loop) run() {
 			}
 			if !l.daemonsCancelled {
 				l.daemonsCancelled = true
-				for f := l.liveHead; f != nil; f = f.nextLive {
+				for f := l.alive.front(); f != nil; f = next(f) {
 					if c, ok := f.ctx.(*loopCtx); ok && f.daemon {
 						c.cancel(context.Canceled, nil)
 					}
 				}
 				continue
 			}
-			if l.outsidePending() {
-				l.sleep()
+			if l.awaitOutside() {
 				continue
 			}
 			return // daemons that parked again after cancellation: shutdown stops them
@@ -469,8 +470,7 @@ func (l *loop) run() {
 			l.sleep()
 			continue
 		}
-		if l.outsidePending() {
-			l.sleep()
+		if l.awaitOutside() {
 			continue
 		}
 		if l.advancer != nil {
@@ -511,7 +511,7 @@ func (l *loop) pick() *Fiber {
 func (l *loop) deadlock() *DeadlockError {
 	e := &DeadlockError{At: l.clock.Now()}
 	var parked []*Fiber
-	for f := l.liveHead; f != nil; f = f.nextLive {
+	for f := l.alive.front(); f != nil; f = next(f) {
 		parked = append(parked, f)
 	}
 	sort.Slice(parked, func(i, j int) bool { return parked[i].id < parked[j].id })
@@ -544,8 +544,8 @@ func (l *loop) shutdown(root *loopCtx) {
 	l.ended.Store(true)
 	l.setCurrent(nil)
 	root.cancel(context.Canceled, nil)
-	for l.liveHead != nil {
-		f := l.liveHead
+	for l.alive.front() != nil {
+		f := l.alive.front()
 		if w := f.w; w != nil {
 			l.setCurrent(f)
 			w.stop() // a parked fiber unwinds from park with errKilled

@@ -22,7 +22,7 @@ type config struct {
 }
 
 // Virtual runs the loop on a new virtual clock reading start (a zero start
-// means vclock.Epoch). Time stands still while any fiber can run or a
+// means vclock.Epoch()). Time stands still while any fiber can run or a
 // Blocking call is in flight, and jumps to the earliest deadline otherwise.
 func Virtual(start time.Time) Option {
 	return func(c *config) { c.virtual, c.real = vclock.New(start), nil }

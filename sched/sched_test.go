@@ -25,7 +25,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // since is the virtual time elapsed since the epoch of a Virtual(zero) run.
-func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 
 // runV runs main under a fresh virtual clock.
 func runV(main func(ctx context.Context) error) error {
@@ -103,7 +103,7 @@ func TestTimeoutsAtTheVirtualDeadline(t *testing.T) {
 		defer cancel()
 		dl, ok := tctx.Deadline()
 		require.True(t, ok)
-		assert.Equal(t, vclock.Epoch.Add(3*time.Second), dl)
+		assert.Equal(t, vclock.Epoch().Add(3*time.Second), dl)
 
 		err := sched.Sleep(tctx, time.Hour)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
@@ -122,7 +122,7 @@ func TestNestedDeadlinesCompose(t *testing.T) {
 		inner, cancelInner := sched.WithTimeout(outer, 5*time.Second)
 		defer cancelInner()
 		dl, _ := inner.Deadline()
-		assert.Equal(t, vclock.Epoch.Add(2*time.Second), dl)
+		assert.Equal(t, vclock.Epoch().Add(2*time.Second), dl)
 		// An earlier one wins.
 		tight, cancelTight := sched.WithTimeout(outer, time.Second)
 		defer cancelTight()
@@ -145,7 +145,7 @@ func TestNestedDeadlinesCompose(t *testing.T) {
 		cancel2()
 		assert.Equal(t, context.Canceled, c2.Err())
 		require.ErrorIs(t, sched.Sleep(c2, time.Second), context.Canceled)
-		past, cancelPast := sched.WithDeadline(ctx, vclock.Epoch)
+		past, cancelPast := sched.WithDeadline(ctx, vclock.Epoch())
 		defer cancelPast()
 		assert.Equal(t, context.DeadlineExceeded, past.Err())
 		assert.Equal(t, 2*time.Second, since(ctx))
@@ -212,7 +212,7 @@ func TestDeadlockTwoFibersWaitingOnEachOther(t *testing.T) {
 	})
 	var dl *sched.DeadlockError
 	require.ErrorAs(t, err, &dl)
-	assert.Equal(t, vclock.Epoch.Add(time.Second), dl.At)
+	assert.Equal(t, vclock.Epoch().Add(time.Second), dl.At)
 	require.Len(t, dl.Parked, 3)
 	for i, p := range dl.Parked {
 		assert.Equal(t, uint64(i+1), p.ID)

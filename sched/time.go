@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
 // Now returns the current time of ctx's clock: the loop's clock inside a
@@ -42,8 +44,8 @@ func Yield(ctx context.Context) {
 type sleeper struct {
 	w     Waiter
 	wake  func()
-	clock Clock
-	timer Timer
+	clock loopctx.Clock
+	timer loopctx.Timer
 }
 
 var sleepers = sync.Pool{New: func() any {

@@ -37,6 +37,8 @@ const (
 // The zero value is ready for Prepare. A Waiter may be reused once Wait has
 // returned and nobody else refers to it. It must not be copied after first use.
 type Waiter struct {
+	ctxNode node // in ctx.waiters, guarded by ctx.mu; first, see list
+
 	// Reason says what the caller waits for, as shown in a DeadlockError
 	// (for example "semaphore.Acquire"). N, if non-zero, is shown as " n=N".
 	Reason string
@@ -55,8 +57,7 @@ type Waiter struct {
 	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
 
 	// Registration with a loop context, guarded by that context's mu.
-	ctx              *loopCtx
-	ctxPrev, ctxNext *Waiter
+	ctx *loopCtx
 }
 
 type waiterGen struct {
@@ -111,15 +112,29 @@ func (w *Waiter) Wake() bool {
 	}
 }
 
-// cancelGen cancels the wait of generation gen if it is still pending.
-func (w *Waiter) cancelGen(gen uint64) {
+// tryCancel ends the wait of generation gen as cancelled if it is still
+// pending, and then runs OnCancel. It reports whether it did; false means
+// Wake won (or gen is an earlier use of w) and nothing was done. This one
+// compare-and-swap is what makes exactly one of Wake and cancellation win,
+// and it carries the generation so a late cancel of an earlier use fails.
+// The caller resumes the waiting caller if that is someone else (cancelGen);
+// a caller cancelling its own wait just returns.
+func (w *Waiter) tryCancel(gen uint64) bool {
 	if !w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-		return
+		return false
 	}
 	if w.OnCancel != nil {
 		w.OnCancel()
 	}
-	w.resume()
+	return true
+}
+
+// cancelGen cancels the wait of generation gen if it is still pending, and
+// lets the waiting caller go on.
+func (w *Waiter) cancelGen(gen uint64) {
+	if w.tryCancel(gen) {
+		w.resume()
+	}
 }
 
 // resume lets the waiting caller go on, after exactly one state transition.
@@ -148,10 +163,7 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	)
 	if done != nil {
 		if ctx.Err() != nil {
-			if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-				if w.OnCancel != nil {
-					w.OnCancel()
-				}
+			if w.tryCancel(gen) {
 				return ctx.Err()
 			}
 			// Woken first: the wake has queued us; take that turn below.
@@ -193,40 +205,10 @@ func (w *Waiter) waitGoroutine(ctx context.Context) error {
 	case <-w.ch:
 		return nil
 	case <-done:
-		if w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
-			if w.OnCancel != nil {
-				w.OnCancel()
-			}
+		if w.tryCancel(gen) {
 			return ctx.Err()
 		}
 		<-w.ch // Wake won the race; its send is on the way
 		return nil
 	}
-}
-
-// waiterList is an intrusive doubly linked list of Waiters.
-type waiterList struct{ head, tail *Waiter }
-
-func (q *waiterList) push(w *Waiter) {
-	w.ctxPrev, w.ctxNext = q.tail, nil
-	if q.tail != nil {
-		q.tail.ctxNext = w
-	} else {
-		q.head = w
-	}
-	q.tail = w
-}
-
-func (q *waiterList) remove(w *Waiter) {
-	if w.ctxPrev != nil {
-		w.ctxPrev.ctxNext = w.ctxNext
-	} else {
-		q.head = w.ctxNext
-	}
-	if w.ctxNext != nil {
-		w.ctxNext.ctxPrev = w.ctxPrev
-	} else {
-		q.tail = w.ctxPrev
-	}
-	w.ctxPrev, w.ctxNext = nil, nil
 }

@@ -77,7 +77,7 @@ func exploreSemaphore(t *testing.T, seed uint64) {
 		}
 	}
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
-		now := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+		now := func() time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 		for w := range 10 {
 			sched.Go(ctx, func(ctx context.Context) error {
 				for op := range 5 {

@@ -40,7 +40,7 @@ func run(t *testing.T, main func(ctx context.Context) error) {
 // runnable fibers run FIFO, so one Yield puts the caller behind them.
 func settle(ctx context.Context) { sched.Yield(ctx) }
 
-func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 
 // TestFIFOMixedWeightsCancelledMiddle: waiters of mixed sizes are served in
 // the order they parked, nobody barges past the head (not a later small

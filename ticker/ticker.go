@@ -30,8 +30,8 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/queue"
-	"github.com/sluice-go/sluice/sched"
 )
 
 // ErrStopped is returned by Next once the ticker is stopped, by Stop or by
@@ -55,7 +55,7 @@ type Ticker struct {
 
 // grid is the Ticker's Source: its state is guarded by the queue's lock.
 type grid struct {
-	clock    sched.Clock
+	clock    loopctx.Clock
 	alarm    *alarm.Alarm
 	period   time.Duration
 	origin   time.Time // New's Now: a granted boundary is carried as its offset from origin
@@ -113,12 +113,12 @@ func New(ctx context.Context, period time.Duration, opts ...Option) (*Ticker, er
 		return nil, cfg.err
 	}
 	t := &Ticker{}
-	t.g.clock = sched.ClockOf(ctx, cfg.clock)
+	t.g.clock = loopctx.ClockOf(ctx, cfg.clock)
 	t.g.period, t.g.start = period, t.g.clock.Now()
 	t.g.origin = t.g.start
 	t.q = queue.New("ticker.Next", 0, &t.g)
 	t.g.alarm = alarm.New(t.g.clock, t.q.Refill)
-	t.stopWatch = sched.AfterRun(ctx, func() { t.q.Close(ErrStopped) })
+	t.stopWatch = loopctx.AfterRun(ctx, func() { t.q.Close(ErrStopped) })
 	return t, nil
 }
 

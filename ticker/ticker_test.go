@@ -26,7 +26,7 @@ func run(t *testing.T, main func(ctx context.Context) error) {
 	require.NoError(t, sched.Run(context.Background(), main, sched.Virtual(time.Time{})))
 }
 
-func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch) }
+func since(ctx context.Context) time.Duration { return sched.Now(ctx).Sub(vclock.Epoch()) }
 
 func newTicker(t *testing.T, ctx context.Context, period time.Duration) *ticker.Ticker {
 	t.Helper()
@@ -40,7 +40,7 @@ func next(t *testing.T, ctx context.Context, tk *ticker.Ticker) time.Duration {
 	t.Helper()
 	at, err := tk.Next(ctx)
 	require.NoError(t, err)
-	return at.Sub(vclock.Epoch)
+	return at.Sub(vclock.Epoch())
 }
 
 // TestNoDrift: work of 30ms between ticks does not shift the grid: every
@@ -97,7 +97,7 @@ func TestIdleTickerArmsNothing(t *testing.T) {
 		return nil // no Stop: the run ends anyway
 	}, sched.WithVirtualClock(vc))
 	require.NoError(t, err)
-	assert.Equal(t, vclock.Epoch.Add(time.Second), vc.Now())
+	assert.Equal(t, vclock.Epoch().Add(time.Second), vc.Now())
 	_, err = tk.Next(context.Background())
 	assert.ErrorIs(t, err, ticker.ErrStopped, "the run's end stopped it")
 }
@@ -111,7 +111,7 @@ func TestWaitersShareFIFO(t *testing.T) {
 		for i := range 3 {
 			sched.Go(ctx, func(ctx context.Context) error {
 				at, err := tk.Next(ctx)
-				got = append(got, fmt.Sprintf("%d@%v", i, at.Sub(vclock.Epoch)))
+				got = append(got, fmt.Sprintf("%d@%v", i, at.Sub(vclock.Epoch())))
 				return err
 			})
 		}
@@ -235,7 +235,7 @@ func ExampleTicker() {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("tick %v\n", at.Sub(vclock.Epoch))
+			fmt.Printf("tick %v\n", at.Sub(vclock.Epoch()))
 			_ = sched.Sleep(ctx, time.Duration(i+1)*300*time.Millisecond) // the work
 		}
 		return nil

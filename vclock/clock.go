@@ -15,8 +15,10 @@ import (
 	"time"
 )
 
-// Epoch is the start of a clock created with a zero time: 2000-01-01T00:00:00Z.
-var Epoch = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+// Epoch returns the start of a clock created with a zero time:
+// 2000-01-01T00:00:00Z. A function, not a variable: no package can move
+// the instant every other clock in the program starts from.
+func Epoch() time.Time { return time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC) }
 
 // A Clock is a virtual clock. It is safe for concurrent use; its zero value
 // is not usable, call New.
@@ -34,7 +36,7 @@ type Clock struct {
 // New returns a clock reading start. A zero start means Epoch.
 func New(start time.Time) *Clock {
 	if start.IsZero() {
-		start = Epoch
+		start = Epoch()
 	}
 	return &Clock{base: start}
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -120,7 +121,7 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	if u.delay > 0 {
-		if sched.InLoop(ctx) {
+		if loopctx.InLoop(ctx) {
 			return nil, ErrLatencyInLoop
 		}
 		if err := sched.Sleep(ctx, u.delay); err != nil { // not a loop's ctx: a timer

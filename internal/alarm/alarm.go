@@ -1,14 +1,14 @@
 // Package alarm is the lazy timer of the queue's Sources: one callback on a
-// sched.Clock, armed only while its owner needs it.
+// loopctx.Clock, armed only while its owner needs it.
 package alarm
 
 import (
 	"time"
 
-	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
-// An Alarm is the ticker's lazy timer: one callback on a sched.Clock, armed
+// An Alarm is the ticker's lazy timer: one callback on a loopctx.Clock, armed
 // for an absolute instant only while its owner needs it, and re-armed in
 // place (one timer for the owner's whole life, created on first need). A
 // Ticker arms it for its next boundary while someone waits in Next; a
@@ -20,15 +20,15 @@ import (
 // clock), without that lock; a callback of an earlier arming may arrive late,
 // so it must work out from the clock what is due.
 type Alarm struct {
-	clock sched.Clock
+	clock loopctx.Clock
 	f     func()
-	timer sched.Timer // created on first Set
-	armed bool        // timer is armed for at
+	timer loopctx.Timer // created on first Set
+	armed bool          // timer is armed for at
 	at    time.Time
 }
 
 // New returns an unarmed alarm that calls f on clock.
-func New(clock sched.Clock, f func()) *Alarm { return &Alarm{clock: clock, f: f} }
+func New(clock loopctx.Clock, f func()) *Alarm { return &Alarm{clock: clock, f: f} }
 
 // Set arms the alarm for at (at least 1 ns after now), unless it is armed
 // for at already and at is still ahead.
