@@ -137,7 +137,7 @@ func TestRedisCallerContextEndsAlone(t *testing.T) {
 
 // Under steady concurrency calls share round trips and few go out alone:
 // 16 goroutines calling without pause over 1000 keys (BenchmarkRedis's 16g
-// row) make at least 6 calls per round trip, at most one call in ten
+// row) make at least 8 calls per round trip, at most one call in 50
 // alone.
 func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
 	srv := redistest.Start(t)
@@ -172,6 +172,6 @@ func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
 	require.Zero(t, failed.Load())
 	calls := int64(goroutines * each)
 	t.Logf("%d calls in %d round trips, %d alone", calls, h.trips.Load(), alone.Load())
-	assert.LessOrEqual(t, h.trips.Load()*6, calls, "at least 6 calls per round trip")
-	assert.LessOrEqual(t, alone.Load()*10, calls, "at most one call in ten goes out alone")
+	assert.LessOrEqual(t, h.trips.Load()*8, calls, "at least 8 calls per round trip")
+	assert.LessOrEqual(t, alone.Load()*50, calls, "at most one call in 50 goes out alone")
 }
