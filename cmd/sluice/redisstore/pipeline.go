@@ -117,8 +117,8 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 // round trip per 8 calls, not per 13), and when the queue is empty the
 // flusher gives its slot back first, so the first of them to call again
 // finds no round trip in flight and goes out alone (a quarter to half of
-// the round trips). See TestRedisConcurrentCallsRarelyGoAlone. A lone call does
-// not yield: its caller is the one that calls next.
+// the round trips). See TestRedisConcurrentCallsRarelyGoAlone. A lone
+// call does not yield: its caller is the one that calls next.
 func (p *pipeline) done(batch []*call) bool {
 	if len(batch) > 1 {
 		runtime.Gosched()
