@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -138,7 +139,7 @@ func TestRedisCallerContextEndsAlone(t *testing.T) {
 // Under steady concurrency calls share round trips and few go out alone:
 // 16 goroutines calling without pause over 1000 keys (BenchmarkRedis's 16g
 // row) make at least 8 calls per round trip, at most one call in 50
-// alone.
+// alone, and start at most one flusher goroutine per 50 calls.
 func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1, DialerRetries: 1})
@@ -158,6 +159,7 @@ func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
 	const goroutines, each = 16, 500
 	var wg sync.WaitGroup
 	var failed atomic.Int64
+	created0 := goroutinesCreated()
 	for g := range goroutines {
 		wg.Go(func() {
 			for i := range each {
@@ -169,9 +171,18 @@ func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	created := goroutinesCreated() - created0 - goroutines
 	require.Zero(t, failed.Load())
 	calls := int64(goroutines * each)
-	t.Logf("%d calls in %d round trips, %d alone", calls, h.trips.Load(), alone.Load())
+	t.Logf("%d calls in %d round trips, %d alone, %d goroutines started", calls, h.trips.Load(), alone.Load(), created)
 	assert.LessOrEqual(t, h.trips.Load()*8, calls, "at least 8 calls per round trip")
 	assert.LessOrEqual(t, alone.Load()*50, calls, "at most one call in 50 goes out alone")
+	assert.LessOrEqual(t, created*50, calls, "flushers keep going, not one new goroutine per batch")
+}
+
+// goroutinesCreated is the process's count of goroutines started so far.
+func goroutinesCreated() int64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
