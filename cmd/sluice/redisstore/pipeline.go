@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +17,12 @@ import (
 // those once, so the cost per decision falls as concurrency rises, and a
 // lone caller pays what a plain call pays.
 //
-// Who flushes: a caller that finds fewer than maxFlushers flushing and
-// the queue holding only its own call sends it itself, with its own
-// context, as a plain call would (no hand-off to another goroutine, which
-// is what a lone caller's latency is made of). Otherwise a goroutine sends
+// Who flushes: a caller that finds no round trip in flight sends its call
+// itself, with its own context, as a plain call would (no hand-off to
+// another goroutine, which is what a lone caller's latency is made of). A
+// caller that finds one in flight queues its call, and whoever ends that
+// round trip sends the queue next; only when shareMin calls are queued
+// does a second round trip start at once. Either way, a goroutine sends
 // batches until the queue is empty; its pipelines carry no caller's
 // context, and each caller waits for its reply or its own context,
 // whichever comes first.
@@ -28,6 +31,20 @@ import (
 // connection. Two keep Redis busy while the client side encodes the next
 // batch and decodes the last; more only split the batches smaller.
 const maxFlushers = 2
+
+// shareMin is the queue length at which a call that finds a round trip in
+// flight starts a second one rather than leaving its call queued for the
+// first's flusher. Why wait: the client's CPU per decision is mostly
+// system calls and goroutine wakeups per round trip (profiled: a write, a
+// read, a poll and go-redis's connection check), so it falls as batches
+// grow. Starting a round trip whenever a flusher slot is free sends calls
+// alone or nearly: 16 goroutines calling without pause then make one
+// round trip per 5 calls, half of them carrying one call; queued behind
+// the round trip in flight, they make one per 8 (see
+// TestRedisConcurrentCallsRarelyGoAlone). Why a second at all: once a
+// batch's worth is waiting, a second connection keeps Redis busy while
+// the first's replies are decoded.
+const shareMin = 16
 
 // maxBatch bounds one pipeline, so one write stays a few tens of kilobytes.
 const maxBatch = 512
@@ -51,6 +68,7 @@ type pipeline struct {
 	queue    []*call // calls not yet sent, oldest first; guarded by mu
 	spare    []*call // an emptied queue slice to reuse; guarded by mu
 	flushers int     // flushers running; guarded by mu
+	yielding int     // flushers yielding before their next batch (see done); guarded by mu
 }
 
 // do sends c on client (with the other calls in flight) and waits for its
@@ -60,7 +78,7 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
 	var batch []*call
-	if p.flushers < maxFlushers {
+	if p.flushers == 0 || p.flushers < maxFlushers && p.yielding == 0 && len(p.queue) >= shareMin {
 		p.flushers++
 		batch = p.take()
 	}
@@ -90,9 +108,32 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 // done recycles a sent batch's slice and reports whether calls are queued,
 // in which case the caller keeps its flusher slot and must go on (drain);
 // otherwise it has given the slot back.
+//
+// After a shared batch the flusher yields before it looks at the queue.
+// Why: the batch's callers were just made runnable on this P, and under
+// steady load each is about to call again; given the P first, they queue
+// and go out in the flusher's next batch, with the calls that arrived
+// during the round trip. Without the yield the callers split into two
+// groups that take turns, each its own round trip (16 goroutines: one
+// round trip per 8 calls, not per 13), and when the queue is empty the
+// flusher gives its slot back first, so the first of them to call again
+// finds no round trip in flight and goes out alone (a quarter to half of
+// the round trips). See TestRedisConcurrentCallsRarelyGoAlone. A lone
+// call does not yield: its caller is the one that calls next. While a
+// flusher yields, a full queue does not start a second flusher: the
+// yielding one is about to take it, and a new flusher is a new goroutine,
+// whose stack grows through go-redis's calls (profiled: a tenth of the
+// client's CPU in stack copying when every batch started one).
 func (p *pipeline) done(batch []*call) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(batch) > 1 {
+		p.yielding++
+		p.mu.Unlock()
+		runtime.Gosched()
+		p.mu.Lock()
+		p.yielding--
+	}
 	if p.spare == nil {
 		p.spare = batch[:0]
 	}

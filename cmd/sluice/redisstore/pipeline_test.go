@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,10 @@ import (
 
 // tripCounter counts the round trips a go-redis client makes: one per
 // command sent alone, one per pipeline (of any length).
-type tripCounter struct{ trips, cmds atomic.Int64 }
+type tripCounter struct {
+	trips, cmds atomic.Int64
+	alone       *atomic.Int64 // if set, counts the commands sent alone
+}
 
 func (h *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -27,6 +31,9 @@ func (h *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.trips.Add(1)
 		h.cmds.Add(1)
+		if h.alone != nil {
+			h.alone.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
@@ -127,4 +134,55 @@ func TestRedisCallerContextEndsAlone(t *testing.T) {
 	assert.Less(t, took, 2*time.Second, "bounded by the caller's deadline, not the 5 s read timeout")
 	proxy.setStalled(false)
 	require.NoError(t, <-other, "the other call's round trip was not cut short")
+}
+
+// Under steady concurrency calls share round trips and few go out alone:
+// 16 goroutines calling without pause over 1000 keys (BenchmarkRedis's 16g
+// row) make at least 8 calls per round trip, at most one call in 50
+// alone, and start at most one flusher goroutine per 50 calls.
+func TestRedisConcurrentCallsRarelyGoAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1, DialerRetries: 1})
+	h := &tripCounter{}
+	c.AddHook(h)
+	s := redisstore.New(c)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	p := store.Policy{Rate: 1000, Burst: 1000}
+	_, err := s.Allow(ctx, "warm", 1, p) // loads the script
+	require.NoError(t, err)
+	h.trips.Store(0)
+	h.cmds.Store(0)
+	var alone atomic.Int64
+	h.alone = &alone
+
+	const goroutines, each = 16, 500
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	created0 := goroutinesCreated()
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				key := "k" + strconv.Itoa(((g+1)*104729+i)*7919%1000)
+				if _, err := s.Allow(ctx, key, 1, p); err != nil {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	created := goroutinesCreated() - created0 - goroutines
+	require.Zero(t, failed.Load())
+	calls := int64(goroutines * each)
+	t.Logf("%d calls in %d round trips, %d alone, %d goroutines started", calls, h.trips.Load(), alone.Load(), created)
+	assert.LessOrEqual(t, h.trips.Load()*8, calls, "at least 8 calls per round trip")
+	assert.LessOrEqual(t, alone.Load()*50, calls, "at most one call in 50 goes out alone")
+	assert.LessOrEqual(t, created*50, calls, "flushers keep going, not one new goroutine per batch")
+}
+
+// goroutinesCreated is the process's count of goroutines started so far.
+func goroutinesCreated() int64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
