@@ -1,4 +1,4 @@
--- GCRA for sluice: the same rule as store.Decide, on Redis's clock.
+-- GCRA for sluice: the same rule as internal/gcra's Step, on Redis's clock.
 -- KEYS[1]  bucket key; its value is "SECONDS NANOS", the theoretical
 --          arrival time (TAT) on Redis's TIME clock.
 -- ARGV     one request: cost·T (ns), tau (= burst·T, ns), with 1 ≤ cost·T ≤ tau;

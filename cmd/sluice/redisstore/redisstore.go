@@ -2,7 +2,7 @@
 // processes on many hosts.
 //
 // Each decision runs a Lua script (EVALSHA) that applies the same GCRA rule
-// as store.Decide, atomically inside Redis, on Redis's own clock (TIME), so
+// as the other stores (internal/gcra), atomically inside Redis, on Redis's own clock (TIME), so
 // the callers' clocks never matter. Decisions in flight at once share a
 // round trip: they go to Redis as one pipelined write, each with its own
 // reply, so the cost per decision falls as concurrency rises; those on one
@@ -33,6 +33,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-go/sluice/internal/gcra"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -216,17 +217,12 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 // result is the Result of the script's reply v (see gcra.lua) to a request
 // of inc = cost·T: v > 0 is an allowed request and the debt it leaves
 // (TAT' − now), v < 0 a denied one and the debt it found, −v − 1
-// (max(TAT − now, 0)). The figures are store.Decide's for that debt.
+// (max(TAT − now, 0)). The figures are gcra.Figures', as every store's.
 func result(v, inc, T, tau int64) store.Result {
 	if v > 0 {
-		return store.Result{Allowed: true, Remaining: float64(tau-v) / float64(T), ResetAfter: time.Duration(v)}
+		return store.Result(gcra.Figures(true, v, inc, T, tau))
 	}
-	ahead := -v - 1
-	return store.Result{
-		Remaining:  float64(tau-ahead) / float64(T),
-		ResetAfter: time.Duration(ahead),
-		RetryAfter: time.Duration(ahead + inc - tau),
-	}
+	return store.Result(gcra.Figures(false, -v-1, inc, T, tau))
 }
 
 // Keys implements store.Store by scanning for the store's keys (every master
