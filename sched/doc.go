@@ -4,6 +4,15 @@
 // Blocking). Runnable fibers run in FIFO order, or in a seeded order under
 // WithSeed.
 //
+//	err := sched.Run(ctx, func(ctx context.Context) error {
+//		for i := range 3 {
+//			sched.Go(ctx, func(ctx context.Context) error {
+//				return sched.Sleep(ctx, time.Duration(i)*time.Hour) // no real time passes
+//			})
+//		}
+//		return nil
+//	}, sched.Virtual(vclock.Epoch())) // returns once every fiber has ended
+//
 // The context carries the time domain. Every fiber receives a context that
 // carries its loop; waits that take that context park the fiber, and time is
 // the loop's clock. Under a virtual clock (Virtual, WithVirtualClock) time

@@ -1,6 +1,12 @@
 // Package semaphore provides a weighted semaphore with strict FIFO order and
 // direct hand-off, usable from sched fibers and plain goroutines alike.
 //
+//	sem := semaphore.New(4) // at most 4 uploads at once
+//	if err := sem.Acquire(ctx, 1); err != nil {
+//		return err // ctx ended first, or the semaphore was closed: nothing is held
+//	}
+//	defer sem.Release(1)
+//
 // Acquire takes a context.Context first, and the context chooses how the
 // caller waits and which clock ends the wait:
 //   - inside a sched.Run loop it parks the calling fiber (other fibers run

@@ -1,5 +1,11 @@
 // Package store defines where the rate-limit service keeps its buckets.
 //
+//	s := store.NewMemory()
+//	r, err := s.Allow(ctx, "tenant-a", 1, store.Policy{Rate: 100, Burst: 200})
+//	if err == nil && !r.Allowed {
+//		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(r.RetryAfter.Seconds()))))
+//	}
+//
 // A Store answers one question per request: may key spend cost tokens under
 // policy p now? Every implementation (the in-process Memory store, the shared-
 // memory store over package sharedbucket, and the Redis store) applies the

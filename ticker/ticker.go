@@ -1,6 +1,17 @@
 // Package ticker is a drift-free ticker on a sched loop's clock (virtual or
 // real) or on a real clock, usable from fibers and plain goroutines alike.
 //
+//	t, err := ticker.New(ctx, time.Minute)
+//	if err != nil { ... }
+//	defer t.Stop()
+//	for {
+//		at, err := t.Next(ctx) // on the grid start + k·minute, however long the work took
+//		if err != nil {
+//			return err
+//		}
+//		flush(at)
+//	}
+//
 // Boundaries are absolute: start + k·period for k = 1, 2, …, where start is
 // when the ticker was made (or last Reset). However late a caller comes back,
 // the next boundary is still on that grid, so a loop that works between

@@ -2,6 +2,10 @@
 // told to, by hand (Advance, AdvanceTo) or by a run loop (package sched) that
 // jumps to the next deadline when every fiber is parked.
 //
+//	c := vclock.New(vclock.Epoch())
+//	c.AfterFunc(time.Second, func() { fmt.Println(c.Now().Sub(vclock.Epoch())) })
+//	c.Advance(time.Hour) // prints 1s at once: the callback sees its own deadline
+//
 // Timers fire in (deadline, creation order), or in a caller-chosen order
 // among equal deadlines (SetTieBreaker). Each callback runs with the
 // clock reading exactly its own deadline, and never under the clock's lock,

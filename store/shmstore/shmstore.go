@@ -3,6 +3,11 @@
 // other program using the same files) shares one limit per key, at the cost
 // of a CAS and no syscall.
 //
+//	s, err := shmstore.Open(sharedbucket.DefaultDir()) // every process opening it shares the limits
+//	if err != nil { ... }
+//	defer s.Close()
+//	r, err := s.Allow(ctx, clientIP, 1, store.Policy{Rate: 10, Burst: 20})
+//
 // Each distinct policy (rate, burst) gets its own table file in one directory,
 // named after the policy ("p-100000000ns-b10.sbt"), so processes started with
 // the same flags attach to the same tables and a process with other numbers
