@@ -211,11 +211,14 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 	if n == 0 {
 		return 0, q.Closed()
 	}
-	// Why two out-of-line steps and so little here: a fiber parks with
-	// every frame of this call on its stack, for as long as it waits, and
-	// the waits below it (a standard context's watch, the allocator's slow
-	// path) must still fit in the fiber's first stack; frames kept small
-	// on the way down keep a parked fiber at its first stack size.
+	// Why three out-of-line steps and so little here: a fiber parks with
+	// this frame and wait's on its stack, for as long as it waits, and what
+	// runs below them (a standard context's watch, its allocation, the
+	// allocator's slow path) must still fit in the fiber's first stack of
+	// 2 KiB. acquireNow and enqueue return before the wait, so their larger
+	// frames are never under it. With all three in one frame, nearly every
+	// fiber parked under context.WithTimeout would grow its stack to 4 KiB
+	// (see TestParkedFiberStack in ratelimiter).
 	now, mark, done, err := q.acquireNow(ctx, n)
 	if done {
 		return mark, err
