@@ -211,23 +211,55 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 	if n == 0 {
 		return 0, q.Closed()
 	}
-	now := q.now()
+	// Why three out-of-line steps and so little here: a fiber parks with
+	// this frame and wait's on its stack, for as long as it waits, and what
+	// runs below them (a standard context's watch, its allocation, the
+	// allocator's slow path) must still fit in the fiber's first stack of
+	// 2 KiB. acquireNow and enqueue return before the wait, so their larger
+	// frames are never under it. With all three in one frame, nearly every
+	// fiber parked under context.WithTimeout would grow its stack to 4 KiB
+	// (see TestParkedFiberStack in ratelimiter).
+	now, mark, done, err := q.acquireNow(ctx, n)
+	if done {
+		return mark, err
+	}
+	wt, mark, err := q.enqueue(ctx, n, now)
+	if wt == nil {
+		return mark, err
+	}
+	return q.wait(ctx, wt)
+}
+
+// acquireNow is Acquire's first step: take n units if they are free and
+// nobody waits, or fail at once (closed, or the deadline cannot be met).
+// done reports that Acquire returns mark and err without parking.
+//
+//go:noinline
+func (q *Queue) acquireNow(ctx context.Context, n int64) (now time.Time, mark int64, done bool, err error) {
+	now = q.now()
 	q.mu.Lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
 		q.settleLocked(now)
 		q.mu.Unlock()
-		return mark, err
+		return now, mark, true, err
 	}
 	if err := q.checkDeadline(ctx, now, n); err != nil {
 		q.settleLocked(now)
 		q.mu.Unlock()
-		return 0, err
+		return now, 0, true, err
 	}
 	q.mu.Unlock()
+	return now, 0, false, nil
+}
 
-	// Two-phase park: bind a pooled waiter to the caller before publishing
-	// it, then look again, since units may have come meanwhile.
-	wt := waiterPool.Get().(*waiter)
+// enqueue binds a pooled waiter to the caller and publishes it: the
+// two-phase park, then a look again, since units may have come meanwhile.
+// It returns the queued waiter, or nil and Acquire's result when the look
+// again decided.
+//
+//go:noinline
+func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter, mark int64, err error) {
+	wt = waiterPool.Get().(*waiter)
 	wt.q, wt.n, wt.mark, wt.err, wt.granted = q, n, 0, nil, false
 	wt.w.Reason, wt.w.N = q.reason, n
 	wt.w.Prepare(ctx)
@@ -237,15 +269,38 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 		q.mu.Unlock()
 		wt.q = nil
 		waiterPool.Put(wt)
-		return mark, err
+		return nil, mark, err
 	}
 	q.queue.Push(wt)
 	if q.queue.Front() == wt {
 		q.serveLocked(now) // a Source may give the new head units at once
 	}
 	q.mu.Unlock()
+	// A standard context makes its Done channel on first use; made here,
+	// the allocation runs before the wait, not deep inside it.
+	ctx.Done()
+	return wt, 0, nil
+}
 
-	err = q.wait(ctx, wt)
+// wait parks on wt, queued, and returns Acquire's result. When a run loop
+// stops the parked fiber instead of resuming it (sched.Run ending while the
+// fiber still waits: a deadlock, a panic in another fiber, a daemon that
+// ignored its cancellation), a wait still pending ends through OnCancel,
+// but a grant made just before the stop was never seen by the caller;
+// abandon takes the waiter out of the queue if it is still there (a head
+// leaves its collection, as on cancel) and gives such a grant back, so
+// nothing is lost that the Source keeps.
+//
+//go:noinline
+func (q *Queue) wait(ctx context.Context, wt *waiter) (mark int64, err error) {
+	returned := false
+	defer func() {
+		if !returned {
+			q.abandon(wt)
+		}
+	}()
+	err = wt.w.Wait(ctx)
+	returned = true
 	mark = wt.mark
 	if err == nil {
 		err = wt.err // nil for a grant, the Close error otherwise
@@ -471,25 +526,6 @@ func (q *Queue) handBack(wt *waiter) {
 	q.giveBack(now, wt)
 	q.serveLocked(now)
 	q.mu.Unlock()
-}
-
-// wait parks on wt. When a run loop stops the parked fiber instead of
-// resuming it (sched.Run ending while the fiber still waits: a deadlock, a
-// panic in another fiber, a daemon that ignored its cancellation), a wait
-// still pending ends through OnCancel, but a grant made just before the
-// stop was never seen by the caller; abandon takes the waiter out of the
-// queue if it is still there (a head leaves its collection, as on cancel)
-// and gives such a grant back, so nothing is lost that the Source keeps.
-func (q *Queue) wait(ctx context.Context, wt *waiter) error {
-	returned := false
-	defer func() {
-		if !returned {
-			q.abandon(wt)
-		}
-	}()
-	err := wt.w.Wait(ctx)
-	returned = true
-	return err
 }
 
 // abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not

@@ -1,0 +1,5 @@
+//go:build race
+
+package ratelimiter_test
+
+const raceEnabled = true
