@@ -137,8 +137,10 @@ func failFast(timeout time.Duration, dial, read, write *time.Duration, protocol 
 // Open, nothing is ever replayed: go-redis's cluster client retries network
 // errors and timeouts within its redirect budget, so redirects are off too
 // (MaxRedirects −1). A MOVED reply during resharding is then an error for
-// that one request (answered per -fail) and makes the client reload the
-// slot map, so the next request goes to the right node.
+// the requests its script call carried (answered per -fail: the requests in
+// flight at once on keys of that slot) and makes the client reload the slot
+// map, so the next request goes to the right node; so is an ASK or a
+// TRYAGAIN (a slot mid-migration, with some of the call's keys moved).
 func OpenCluster(url string, opts ...Option) (*Store, error) {
 	u := url
 	switch {
