@@ -22,7 +22,7 @@
 --
 -- Why this shape: a call's cost inside Redis is mostly per call (parsing,
 -- script lookup, the Lua call, the reply) and per redis.call() (TIME, GET,
--- SET, about 1 µs each), so one call takes as many keys as its caller has
+-- SET, 1–2 µs each), so one call takes as many keys as its caller has
 -- (one TIME for them all, one MGET for their TATs, a SET per key that
 -- allowed something), and the Lua is kept to arithmetic operators (a string
 -- operand is converted in the VM, no tonumber call), one string.find and two
@@ -40,39 +40,25 @@ local t = redis.call('TIME')
 local now_s = t[1] + 0
 local now_ns = t[2] * 1000
 
--- ahead is max(TAT − now, 0) for a stored value v (false: no key, a full
--- bucket): a bucket never holds more than full.
-local function ahead(v)
+if #KEYS == 1 then
+  local ahead = 0 -- max(TAT - now, 0): a bucket never holds more than full
+  local v = redis.call('GET', KEYS[1])
   if v then
     local sp = string.find(v, ' ', 1, true)
     if sp then
       local d = (string.sub(v, 1, sp - 1) - now_s) * 1000000000
         + (string.sub(v, sp + 1) - now_ns)
-      if d > 0 then return d end
+      if d > 0 then ahead = d end
     end
   end
-  return 0
-end
 
--- store writes the TAT now + debt at key, to expire exactly when the
--- bucket is full again: nothing is lost.
-local function store(key, debt)
-  local total = now_ns + debt
-  local carry = math.floor(total / 1000000000)
-  redis.call('SET', key,
-    string.format('%d %d', now_s + carry, total - carry * 1000000000),
-    'PX', math.ceil(debt / 1000000))
-end
-
-if #KEYS == 1 then
-  local a = ahead(redis.call('GET', KEYS[1]))
-  local debt, reply = a
+  local debt, reply = ahead
   if #ARGV == 2 then
-    local next = a + ARGV[1]
+    local next = ahead + ARGV[1]
     if next <= ARGV[2] + 0 then
       debt, reply = next, next
     else
-      reply = -a - 1
+      reply = -ahead - 1
     end
   else
     reply = {}
@@ -86,19 +72,38 @@ if #KEYS == 1 then
       end
     end
   end
-  if debt > a then store(KEYS[1], debt) end -- something was allowed (cost·T ≥ 1)
+
+  if debt > ahead then -- something was allowed (cost·T ≥ 1)
+    local total = now_ns + debt
+    local carry = math.floor(total / 1000000000)
+    redis.call('SET', KEYS[1],
+      string.format('%d %d', now_s + carry, total - carry * 1000000000),
+      'PX', math.ceil(debt / 1000000)) -- expire exactly when full: nothing is lost
+  end
   return reply
 end
 
--- Why MGET: one redis.call for every key's TAT. A key that holds another
--- type reads as no key here (GET would fail the script); keys under the
--- store's prefix are the store's own.
-local v = redis.call('MGET', unpack(KEYS))
+-- Several keys: each as above, in a loop. Why not one function for both
+-- paths: a local function is a closure made at every run, and a lone call
+-- (one key, one request) is the latency path; it stays as it was. Why
+-- MGET: one redis.call for every key's TAT. A key that holds another type
+-- reads as no key here (GET would fail the script); keys under the store's
+-- prefix are the store's own.
+local vals = redis.call('MGET', unpack(KEYS))
 local reply, i = {}, 1
 for k = 1, #KEYS do
-  local a = ahead(v[k])
-  local debt = a
-  local last = i + 2 * ARGV[i]
+  local ahead = 0
+  local v = vals[k]
+  if v then
+    local sp = string.find(v, ' ', 1, true)
+    if sp then
+      local d = (string.sub(v, 1, sp - 1) - now_s) * 1000000000
+        + (string.sub(v, sp + 1) - now_ns)
+      if d > 0 then ahead = d end
+    end
+  end
+  local debt = ahead
+  local last = i + 2 * ARGV[i] -- ARGV[i]: the key's request count; its pairs follow
   i = i + 1
   while i < last do
     local next = debt + ARGV[i]
@@ -110,6 +115,12 @@ for k = 1, #KEYS do
     end
     i = i + 2
   end
-  if debt > a then store(KEYS[k], debt) end
+  if debt > ahead then
+    local total = now_ns + debt
+    local carry = math.floor(total / 1000000000)
+    redis.call('SET', KEYS[k],
+      string.format('%d %d', now_s + carry, total - carry * 1000000000),
+      'PX', math.ceil(debt / 1000000))
+  end
 end
 return reply
