@@ -247,7 +247,7 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 }
 
 // maxScript bounds the requests one script call decides when it takes
-// several keys. Why: a script blocks Redis while it runs, about 2 µs per
+// several keys. Why: a script blocks Redis while it runs, about 3 µs per
 // key, so a call stays within a millisecond or so. A key's own calls are
 // never split: after its TAT is read they cost a few Lua operators each.
 const maxScript = 256
