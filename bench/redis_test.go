@@ -18,14 +18,15 @@ import (
 )
 
 // BenchmarkRedis: GCRA in one redis-server on loopback (started for the
-// run), one Lua script per decision: Sluice's redisstore against
-// go-redis/redis_rate with the client its README builds. 1000 keys at
-// 1000/s each, so every call is allowed. The 1g rows are one goroutine
-// (per-call latency: p50-ns and p99-ns); the 16g rows are 16 goroutines
-// (throughput: calls/s), where redisstore sends the calls in flight at
-// once as one pipelined write; the 16g-hotkey rows are 16 goroutines on one
-// key at 10^6/s, where redisstore decides the calls on that key in one
-// pipeline with one script call. Per decision, the steadier figures on a
+// run), in a Lua script: Sluice's redisstore against go-redis/redis_rate
+// (one script call per decision) with the client its README builds. 1000
+// keys at 1000/s each, so every call is allowed. The 1g rows are one
+// goroutine (per-call latency: p50-ns and p99-ns); the 16g rows are 16
+// goroutines (throughput: calls/s), where redisstore sends the calls in
+// flight at once as one pipelined write and one script call for all their
+// keys; the 16g-hotkey rows are 16 goroutines on one key at 10^6/s, where
+// redisstore decides the calls on that key in one pipeline with one script
+// call. Per decision, the steadier figures on a
 // loaded machine: cpu-ns/call is the benchmark process's CPU time (the
 // client's side, see cpuTime), redis-cpu-ns/call redis-server's (INFO
 // cpu), and redis-us/call the part of it spent running the scripts (INFO

@@ -41,16 +41,8 @@ func TestRedisHotKeyMatchesSequentialReplay(t *testing.T) {
 
 // hotKeyOracle sends requests of mixed costs under two policies of one rate
 // (bursts 1000 and 600) from 32 goroutines at one key, and checks the
-// answers against a replay through gcra.Step.
-//
-// The order Redis applied them in is read off the answers. The rate is one
-// token an hour, so the test's own duration (e) moves no answer by more than
-// e: an allowed request's ResetAfter is the bucket's debt after it, c·T − e
-// for c tokens spent so far, and a denied one's is the debt it found. So
-// allowed requests sort by c (no two may share one: that would be a double
-// spend, which the replay then shows), and a denial goes after the allowed
-// request that left the debt it saw (denials change nothing, so their order
-// among themselves does not matter).
+// answers against a replay through gcra.Step in the order Redis applied
+// them (see replayInAppliedOrder).
 func hotKeyOracle(t *testing.T, s *redisstore.Store, addr string) {
 	raw := redis.NewClient(&redis.Options{Addr: addr})
 	defer raw.Close()
@@ -62,18 +54,12 @@ func hotKeyOracle(t *testing.T, s *redisstore.Store, addr string) {
 	require.NoError(t, err)
 	before := scriptCalls(t, raw)
 
-	type req struct {
-		cost int64
-		p    store.Policy
-		r    store.Result
-		err  error
-	}
 	const goroutines, each = 32, 60
-	reqs := make([][]req, goroutines)
+	reqs := make([][]oracleReq, goroutines)
 	var wg sync.WaitGroup
 	startGate := make(chan struct{})
 	for g := range goroutines {
-		reqs[g] = make([]req, each)
+		reqs[g] = make([]oracleReq, each)
 		wg.Go(func() {
 			<-startGate
 			for i := range reqs[g] {
@@ -93,7 +79,7 @@ func hotKeyOracle(t *testing.T, s *redisstore.Store, addr string) {
 	require.Less(t, e, T/100, "the test is short against T")
 	calls := scriptCalls(t, raw) - before
 
-	var all []req
+	var all []oracleReq
 	for g := range reqs {
 		for _, q := range reqs[g] {
 			require.NoError(t, q.err)
@@ -102,9 +88,36 @@ func hotKeyOracle(t *testing.T, s *redisstore.Store, addr string) {
 	}
 	t.Logf("%d requests decided by %d script calls in %v", len(all), calls, e)
 	assert.Less(t, calls, int64(len(all)), "requests on one key in flight at once share a script call")
+	allowed := replayInAppliedOrder(t, "hot", all, T, e)
+	assert.Greater(t, allowed, 100, "enough allowed requests to order")
+	assert.Greater(t, len(all)-allowed, 100, "enough denials")
+}
 
+// oracleReq is one request of an oracle test and its answer.
+type oracleReq struct {
+	cost int64
+	p    store.Policy
+	r    store.Result
+	err  error
+}
+
+// replayInAppliedOrder checks the answers to all, requests on one key under
+// policies of one interval T (one token an hour, so that e, the test's
+// duration, is short against it), against a replay through gcra.Step and
+// gcra.Figures in the order Redis applied them, and returns how many were
+// allowed.
+//
+// The order is read off the answers: an allowed request's ResetAfter is the
+// bucket's debt after it, c·T − e' (0 ≤ e' ≤ e) for c tokens spent so far,
+// and a denied one's is the debt it found. So allowed requests sort by c (no
+// two may share one: that would be a double spend, which the replay then
+// shows), and a denial goes after the allowed request that left the debt it
+// saw (denials change nothing, so their order among themselves does not
+// matter).
+func replayInAppliedOrder(t *testing.T, key string, all []oracleReq, T, e time.Duration) int {
+	t.Helper()
 	tokens := func(d time.Duration) int64 { return int64(math.Round(float64(d) / float64(T))) }
-	slices.SortStableFunc(all, func(a, b req) int {
+	slices.SortStableFunc(all, func(a, b oracleReq) int {
 		ka, kb := tokens(a.r.ResetAfter), tokens(b.r.ResetAfter)
 		if c := cmp.Compare(ka, kb); c != 0 {
 			return c
@@ -126,16 +139,15 @@ func hotKeyOracle(t *testing.T, s *redisstore.Store, addr string) {
 		if ok {
 			tat = next
 		}
-		require.Equal(t, want.Allowed, q.r.Allowed, "request %d in applied order (cost %d, %s)", i, q.cost, q.p.Name)
-		assert.InDelta(t, want.Remaining, q.r.Remaining, float64(e)/float64(T)+1e-9, "request %d remaining", i)
-		assert.InDelta(t, float64(want.ResetAfter), float64(q.r.ResetAfter), float64(e), "request %d reset-after", i)
-		assert.InDelta(t, float64(want.RetryAfter), float64(q.r.RetryAfter), float64(e), "request %d retry-after", i)
+		require.Equal(t, want.Allowed, q.r.Allowed, "key %s: request %d in applied order (cost %d, %s)", key, i, q.cost, q.p.Name)
+		assert.InDelta(t, want.Remaining, q.r.Remaining, float64(e)/float64(T)+1e-9, "key %s: request %d remaining", key, i)
+		assert.InDelta(t, float64(want.ResetAfter), float64(q.r.ResetAfter), float64(e), "key %s: request %d reset-after", key, i)
+		assert.InDelta(t, float64(want.RetryAfter), float64(q.r.RetryAfter), float64(e), "key %s: request %d retry-after", key, i)
 		if q.r.Allowed {
 			allowed++
 		}
 	}
-	assert.Greater(t, allowed, 100, "enough allowed requests to order")
-	assert.Greater(t, len(all)-allowed, 100, "enough denials")
+	return allowed
 }
 
 var evalCalls = regexp.MustCompile(`cmdstat_eval(?:sha)?:calls=(\d+)`)

@@ -18,8 +18,8 @@ import (
 	"github.com/sluice-go/sluice/store"
 )
 
-// tripCounter counts the round trips a go-redis client makes: one per
-// command sent alone, one per pipeline (of any length).
+// tripCounter counts the round trips a go-redis client makes (one per
+// command sent alone, one per pipeline of any length) and the commands.
 type tripCounter struct {
 	trips, cmds atomic.Int64
 	alone       *atomic.Int64 // if set, counts the commands sent alone
@@ -89,9 +89,8 @@ func TestRedisConcurrentCallsSharePipelines(t *testing.T) {
 		assert.True(t, last[g].Allowed)
 		assert.InDelta(t, 100-each, last[g].Remaining, 0.01, "goroutine %d: each call charged once", g)
 	}
-	calls, trips := h.cmds.Load(), h.trips.Load()
-	t.Logf("%d calls in %d round trips", calls, trips)
-	assert.GreaterOrEqual(t, calls, int64(goroutines*each))
+	calls, trips := int64(goroutines*each), h.trips.Load()
+	t.Logf("%d calls in %d round trips of %d script calls", calls, trips, h.cmds.Load())
 	assert.LessOrEqual(t, trips*4, calls, "calls in flight at once go out together")
 }
 

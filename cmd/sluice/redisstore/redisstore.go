@@ -4,10 +4,10 @@
 // Each decision runs a Lua script (EVALSHA) that applies the same GCRA rule
 // as the other stores (internal/gcra), atomically inside Redis, on Redis's own clock (TIME), so
 // the callers' clocks never matter. Decisions in flight at once share a
-// round trip: they go to Redis as one pipelined write, each with its own
-// reply, so the cost per decision falls as concurrency rises; those on one
-// key go as one script call that decides them in order, each with the
-// answer it would get alone. Keys are "sluice:{KEY}": the hash tag
+// round trip and a script call: they go to Redis as one pipelined write,
+// as one script call (on Cluster one per hash slot) that decides each
+// key's requests in order, each with the answer it would get alone, so the
+// cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
 // keeps each bucket a single-slot key on Redis Cluster. A key expires when
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
@@ -137,8 +137,10 @@ func failFast(timeout time.Duration, dial, read, write *time.Duration, protocol 
 // Open, nothing is ever replayed: go-redis's cluster client retries network
 // errors and timeouts within its redirect budget, so redirects are off too
 // (MaxRedirects −1). A MOVED reply during resharding is then an error for
-// that one request (answered per -fail) and makes the client reload the
-// slot map, so the next request goes to the right node.
+// the requests its script call carried (answered per -fail: the requests in
+// flight at once on keys of that slot) and makes the client reload the slot
+// map, so the next request goes to the right node; so is an ASK or a
+// TRYAGAIN (a slot mid-migration, with some of the call's keys moved).
 func OpenCluster(url string, opts ...Option) (*Store, error) {
 	u := url
 	switch {
@@ -182,8 +184,8 @@ func Key(key string) string { return KeyPrefix + "{" + key + "}" }
 
 // Allow implements store.Store with one EVALSHA (plus one EVAL the first
 // time a Redis server sees the script), sent in one pipeline with the other
-// calls in flight at that moment; calls on the same key in that pipeline
-// share one EVALSHA. It blocks for that round trip, bounded by
+// calls in flight at that moment, which share it (on Cluster, those whose
+// keys are in one hash slot). It blocks for that round trip, bounded by
 // ctx's deadline and the client's timeouts; a call waiting on a round trip it
 // shares also stops waiting when ctx is cancelled (a call sent alone goes out
 // on the caller's goroutine, as a plain go-redis call does, where a cancel
