@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsload"
 	"github.com/sluice-go/sluice/internal/loadgen"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
@@ -24,7 +26,10 @@ import (
 // TestMeasureGRPCvsHTTP measures decisions per second and latency of
 // ShouldRateLimit against /allow on one `sluice serve`, same rules, same
 // store, same run, closed loop with 16 requests in flight each, and (on
-// Linux) the server process's CPU time per decision of each. It runs only
+// Linux) the server process's CPU time per decision of each. /allow is
+// driven by loadgen (raw HTTP/1.1, 16 connections), ShouldRateLimit by two
+// clients in turn, each with 4 HTTP/2 connections of 4 calls in flight:
+// rlsload (raw HTTP/2, as lean as loadgen) and grpc-go's. It runs only
 // with SLUICE_MEASURE=1 (it takes a while and wants a quiet machine):
 //
 //	SLUICE_MEASURE=1 go test -run MeasureGRPCvsHTTP -v -count=1 ./cmd/sluice
@@ -47,6 +52,15 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 	// Every key its own bucket of 1000/s: nearly every decision is "allowed",
 	// so both APIs do the same work per request.
 	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	// The lean client's requests, encoded once: the same 1000 keys as
+	// the HTTP run's.
+	reqs := make([][]byte, 1000)
+	for i := range reqs {
+		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key", Value: "k" + strconv.Itoa(i)}}}}})
+		require.NoError(t, err)
+		reqs[i] = b
+	}
 	for _, st := range strings.Split(stores, ",") {
 		switch st {
 		case "shm":
@@ -57,6 +71,9 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 		s := serve(t, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
 		addr := strings.TrimPrefix(s.URL, "http://")
 		pid := s.cmd.Process.Pid
+		m := grpcListenRE.FindStringSubmatch(s.logs.String())
+		require.NotNil(t, m)
+		grpcAddr := m[1]
 		for round := range 2 { // alternate, so drift on a shared machine hits both
 			c0, _ := processCPU(pid)
 			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: 16,
@@ -67,19 +84,31 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 			httpCPU := perDecision(c1-c0, h.Sent-h.Errors)
 			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s per decision",
 				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU)
-			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
+			c1, _ = processCPU(pid)
+			l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: grpcAddr, Conns: 4, Streams: 4,
+				Requests: reqs, Duration: time.Duration(secs) * time.Second})
+			require.NoError(t, err)
+			require.Zero(t, l.Failed)
 			c2, _ := processCPU(pid)
-			grpcCPU := perDecision(c2-c1, len(g.lat))
-			t.Logf("%s round %d gRPC ShouldRateLimit: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
+			leanCPU := perDecision(c2-c1, l.Decisions())
+			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
+				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, leanCPU)
+			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
+			c3, _ := processCPU(pid)
+			grpcCPU := perDecision(c3-c2, len(g.lat))
+			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
 				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU)
-			// Why the server's CPU too: the two clients differ (HTTP's is
-			// loadgen's raw HTTP/1.1, gRPC's is grpc-go, several times its
-			// cost) and share the machine's cores with the server, so the
-			// peak ratio charges the gRPC client to the gRPC path; the
-			// server's CPU per decision is the ratio free of the client.
-			if httpCPU > 0 && grpcCPU > 0 {
-				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f, server CPU per decision %.2f",
-					st, round+1, g.rate/h.Throughput(), float64(grpcCPU)/float64(httpCPU))
+			// Why two gRPC clients: the load generator shares the cores
+			// with the server, so a peak also measures the client. The
+			// lean one (rlsload, raw HTTP/2) costs about what loadgen's
+			// raw HTTP/1.1 does, so its row compares the servers'
+			// transports; grpc-go's, several times its cost per call, is
+			// what an Envoy-like client costs. The server's CPU per
+			// decision is the ratio free of either client.
+			if httpCPU > 0 && leanCPU > 0 && grpcCPU > 0 {
+				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f lean, %.2f grpc-go; server CPU per decision %.2f lean, %.2f grpc-go",
+					st, round+1, l.Throughput()/h.Throughput(), g.rate/h.Throughput(),
+					float64(leanCPU)/float64(httpCPU), float64(grpcCPU)/float64(httpCPU))
 			}
 		}
 		require.Equal(t, 0, s.stop(t))
