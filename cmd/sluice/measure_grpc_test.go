@@ -181,3 +181,99 @@ func runRLS(t *testing.T, s *server, conns, perConn int, d time.Duration) *rlsRu
 	slices.Sort(res.lat)
 	return res
 }
+
+// TestMeasureGRPCAB compares the gRPC path of two sluice binaries: both
+// serve at once (same rules as TestMeasureGRPCvsHTTP, store per
+// SLUICE_MEASURE_STORES, default memory), and each pass drives one then the
+// other (the order alternating) with the lean client, 4 connections of 4
+// calls in flight, for SLUICE_MEASURE_SECS (default 3); it logs each pass's
+// decisions/s and server CPU per decision, then the medians and B ÷ A. It
+// runs only with SLUICE_MEASURE_AB naming the binaries:
+//
+//	go build -o /tmp/a . && (change) && go build -o /tmp/b . &&
+//	SLUICE_MEASURE_AB=/tmp/a,/tmp/b SLUICE_MEASURE_PASSES=7 go test -count=1 -run MeasureGRPCAB -v ./cmd/sluice
+//
+// SLUICE_MEASURE_PASSES (default 5) sets the passes; SLUICE_MEASURE_CLIENT=grpc-go
+// drives with grpc-go's client instead.
+func TestMeasureGRPCAB(t *testing.T) {
+	bins := strings.Split(os.Getenv("SLUICE_MEASURE_AB"), ",")
+	if len(bins) != 2 {
+		t.Skip("set SLUICE_MEASURE_AB=binaryA,binaryB to measure")
+	}
+	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
+	if secs <= 0 {
+		secs = 3
+	}
+	passes, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_PASSES"))
+	if passes <= 0 {
+		passes = 5
+	}
+	stores := os.Getenv("SLUICE_MEASURE_STORES")
+	if stores == "" {
+		stores = "memory"
+	}
+	grpcGo := os.Getenv("SLUICE_MEASURE_CLIENT") == "grpc-go"
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	reqs := make([][]byte, 1000)
+	for i := range reqs {
+		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key", Value: "k" + strconv.Itoa(i)}}}}})
+		require.NoError(t, err)
+		reqs[i] = b
+	}
+	d := time.Duration(secs) * time.Second
+	for _, st := range strings.Split(stores, ",") {
+		var srv [2]*server
+		for i, bin := range bins {
+			st := st
+			switch st {
+			case "shm":
+				st = "shm:" + shmDir(t) // one segment each: the binaries may differ in layout
+			case "redis":
+				st = redistest.Start(t).URL()
+			}
+			srv[i] = serveBinary(t, bin, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
+		}
+		var rate, cpu [2][]float64
+		for p := range passes {
+			for k := range 2 {
+				i := k ^ p&1 // A first on even passes, B first on odd ones
+				s := srv[i]
+				m := grpcListenRE.FindStringSubmatch(s.logs.String())
+				require.NotNil(t, m)
+				c0, _ := processCPU(s.cmd.Process.Pid)
+				var r float64
+				var n int
+				if grpcGo {
+					g := runRLS(t, s, 4, 4, d)
+					r, n = g.rate, len(g.lat)
+				} else {
+					l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: m[1], Conns: 4, Streams: 4, Requests: reqs, Duration: d})
+					require.NoError(t, err)
+					require.Zero(t, l.Failed)
+					r, n = l.Throughput(), l.Decisions()
+				}
+				c1, _ := processCPU(s.cmd.Process.Pid)
+				c := perDecision(c1-c0, n)
+				rate[i] = append(rate[i], r)
+				cpu[i] = append(cpu[i], float64(c)/1e3)
+				t.Logf("%s pass %d %s: %.0f decisions/s, server CPU %.1fµs per decision", st, p+1, "AB"[i:i+1], r, float64(c)/1e3)
+			}
+		}
+		med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+		// Why the ratios of each pass too: on shared cores the load
+		// changes from pass to pass, and both sides of a pass see about
+		// the same.
+		var rr, cr []float64
+		for p := range passes {
+			rr = append(rr, rate[1][p]/rate[0][p])
+			cr = append(cr, cpu[1][p]/cpu[0][p])
+		}
+		t.Logf("%s median A: %.0f decisions/s, %.1fµs; B: %.0f decisions/s, %.1fµs; B ÷ A: decisions/s %.3f, server CPU per decision %.3f; median of the passes' B ÷ A: %.3f, %.3f",
+			st, med(rate[0]), med(cpu[0]), med(rate[1]), med(cpu[1]), med(rate[1])/med(rate[0]), med(cpu[1])/med(cpu[0]), med(rr), med(cr))
+		for _, s := range srv {
+			require.Equal(t, 0, s.stop(t))
+		}
+	}
+}
