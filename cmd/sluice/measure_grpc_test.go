@@ -26,7 +26,8 @@ import (
 // TestMeasureGRPCvsHTTP measures decisions per second and latency of
 // ShouldRateLimit against /allow on one `sluice serve`, same rules, same
 // store, same run, closed loop with 16 requests in flight each, and (on
-// Linux) the server process's CPU time per decision of each. /allow is
+// Linux) the server process's CPU time per decision of each, and the load
+// generator's (this process, the other clients idle). /allow is
 // driven by loadgen (raw HTTP/1.1, 16 connections), ShouldRateLimit by two
 // clients in turn, each with 4 HTTP/2 connections of 4 calls in flight:
 // rlsload (raw HTTP/2, as lean as loadgen) and grpc-go's. It runs only
@@ -74,37 +75,44 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 		m := grpcListenRE.FindStringSubmatch(s.logs.String())
 		require.NotNil(t, m)
 		grpcAddr := m[1]
+		// cpu is the CPU time the server and this process (the load
+		// generator) have used.
+		cpu := func() (server, client time.Duration) {
+			server, _ = processCPU(pid)
+			client, _ = processCPU(os.Getpid())
+			return server, client
+		}
 		for round := range 2 { // alternate, so drift on a shared machine hits both
-			c0, _ := processCPU(pid)
+			s0, l0 := cpu()
 			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: 16,
 				Path:     func(i int) string { return "/allow?key=k" + strconv.Itoa(i%1000) },
 				Duration: time.Duration(secs) * time.Second})
 			require.NoError(t, err)
-			c1, _ := processCPU(pid)
-			httpCPU := perDecision(c1-c0, h.Sent-h.Errors)
-			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s per decision",
-				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU)
-			c1, _ = processCPU(pid)
+			s1, l1 := cpu()
+			httpCPU := perDecision(s1-s0, h.Sent-h.Errors)
+			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s, client CPU %s per decision",
+				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU, perDecision(l1-l0, h.Sent-h.Errors))
+			s1, l1 = cpu()
 			l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: grpcAddr, Conns: 4, Streams: 4,
 				Requests: reqs, Duration: time.Duration(secs) * time.Second})
 			require.NoError(t, err)
 			require.Zero(t, l.Failed)
-			c2, _ := processCPU(pid)
-			leanCPU := perDecision(c2-c1, l.Decisions())
-			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
-				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, leanCPU)
+			s2, l2 := cpu()
+			leanCPU := perDecision(s2-s1, l.Decisions())
+			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
+				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, leanCPU, perDecision(l2-l1, l.Decisions()))
 			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
-			c3, _ := processCPU(pid)
-			grpcCPU := perDecision(c3-c2, len(g.lat))
-			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
-				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU)
+			s3, l3 := cpu()
+			grpcCPU := perDecision(s3-s2, len(g.lat))
+			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
+				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU, perDecision(l3-l2, len(g.lat)))
 			// Why two gRPC clients: the load generator shares the cores
 			// with the server, so a peak also measures the client. The
-			// lean one (rlsload, raw HTTP/2) costs about what loadgen's
-			// raw HTTP/1.1 does, so its row compares the servers'
-			// transports; grpc-go's, several times its cost per call, is
-			// what an Envoy-like client costs. The server's CPU per
-			// decision is the ratio free of either client.
+			// lean one (rlsload, raw HTTP/2 frames, as loadgen's raw
+			// HTTP/1.1) makes the row that compares the servers;
+			// grpc-go's, dearer per call, is what a full gRPC client
+			// leaves the server. The server's CPU per decision is the
+			// ratio free of either client.
 			if httpCPU > 0 && leanCPU > 0 && grpcCPU > 0 {
 				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f lean, %.2f grpc-go; server CPU per decision %.2f lean, %.2f grpc-go",
 					st, round+1, l.Throughput()/h.Throughput(), g.rate/h.Throughput(),
