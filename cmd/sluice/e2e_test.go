@@ -67,7 +67,13 @@ var listenRE = regexp.MustCompile(`msg=listening addr=(\S+)|"msg":"listening","a
 // "listening" log line.
 func serve(t *testing.T, args ...string) *server {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, args...)...)
+	return serveBinary(t, binary, args...)
+}
+
+// serveBinary is serve with the sluice binary at bin.
+func serveBinary(t *testing.T, bin string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "-addr", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsload"
 	"github.com/sluice-go/sluice/internal/loadgen"
 	"github.com/sluice-go/sluice/internal/redistest"
 )
@@ -24,7 +26,11 @@ import (
 // TestMeasureGRPCvsHTTP measures decisions per second and latency of
 // ShouldRateLimit against /allow on one `sluice serve`, same rules, same
 // store, same run, closed loop with 16 requests in flight each, and (on
-// Linux) the server process's CPU time per decision of each. It runs only
+// Linux) the server process's CPU time per decision of each, and the load
+// generator's (this process, the other clients idle). /allow is
+// driven by loadgen (raw HTTP/1.1, 16 connections), ShouldRateLimit by two
+// clients in turn, each with 4 HTTP/2 connections of 4 calls in flight:
+// rlsload (raw HTTP/2, as lean as loadgen) and grpc-go's. It runs only
 // with SLUICE_MEASURE=1 (it takes a while and wants a quiet machine):
 //
 //	SLUICE_MEASURE=1 go test -run MeasureGRPCvsHTTP -v -count=1 ./cmd/sluice
@@ -47,6 +53,15 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 	// Every key its own bucket of 1000/s: nearly every decision is "allowed",
 	// so both APIs do the same work per request.
 	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	// The lean client's requests, encoded once: the same 1000 keys as
+	// the HTTP run's.
+	reqs := make([][]byte, 1000)
+	for i := range reqs {
+		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key", Value: "k" + strconv.Itoa(i)}}}}})
+		require.NoError(t, err)
+		reqs[i] = b
+	}
 	for _, st := range strings.Split(stores, ",") {
 		switch st {
 		case "shm":
@@ -57,29 +72,51 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 		s := serve(t, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
 		addr := strings.TrimPrefix(s.URL, "http://")
 		pid := s.cmd.Process.Pid
+		m := grpcListenRE.FindStringSubmatch(s.logs.String())
+		require.NotNil(t, m)
+		grpcAddr := m[1]
+		// cpu is the CPU time the server and this process (the load
+		// generator) have used.
+		cpu := func() (server, client time.Duration) {
+			server, _ = processCPU(pid)
+			client, _ = processCPU(os.Getpid())
+			return server, client
+		}
 		for round := range 2 { // alternate, so drift on a shared machine hits both
-			c0, _ := processCPU(pid)
+			s0, l0 := cpu()
 			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: 16,
 				Path:     func(i int) string { return "/allow?key=k" + strconv.Itoa(i%1000) },
 				Duration: time.Duration(secs) * time.Second})
 			require.NoError(t, err)
-			c1, _ := processCPU(pid)
-			httpCPU := perDecision(c1-c0, h.Sent-h.Errors)
-			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s per decision",
-				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU)
+			s1, l1 := cpu()
+			httpCPU := perDecision(s1-s0, h.Sent-h.Errors)
+			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s, client CPU %s per decision",
+				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU, perDecision(l1-l0, h.Sent-h.Errors))
+			s1, l1 = cpu()
+			l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: grpcAddr, Conns: 4, Streams: 4,
+				Requests: reqs, Duration: time.Duration(secs) * time.Second})
+			require.NoError(t, err)
+			require.Zero(t, l.Failed)
+			s2, l2 := cpu()
+			leanCPU := perDecision(s2-s1, l.Decisions())
+			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
+				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, leanCPU, perDecision(l2-l1, l.Decisions()))
 			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
-			c2, _ := processCPU(pid)
-			grpcCPU := perDecision(c2-c1, len(g.lat))
-			t.Logf("%s round %d gRPC ShouldRateLimit: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s per decision",
-				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU)
-			// Why the server's CPU too: the two clients differ (HTTP's is
-			// loadgen's raw HTTP/1.1, gRPC's is grpc-go, several times its
-			// cost) and share the machine's cores with the server, so the
-			// peak ratio charges the gRPC client to the gRPC path; the
-			// server's CPU per decision is the ratio free of the client.
-			if httpCPU > 0 && grpcCPU > 0 {
-				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f, server CPU per decision %.2f",
-					st, round+1, g.rate/h.Throughput(), float64(grpcCPU)/float64(httpCPU))
+			s3, l3 := cpu()
+			grpcCPU := perDecision(s3-s2, len(g.lat))
+			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
+				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU, perDecision(l3-l2, len(g.lat)))
+			// Why two gRPC clients: the load generator shares the cores
+			// with the server, so a peak also measures the client. The
+			// lean one (rlsload, raw HTTP/2 frames, as loadgen's raw
+			// HTTP/1.1) makes the row that compares the servers;
+			// grpc-go's, dearer per call, is what a full gRPC client
+			// leaves the server. The server's CPU per decision is the
+			// ratio free of either client.
+			if httpCPU > 0 && leanCPU > 0 && grpcCPU > 0 {
+				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f lean, %.2f grpc-go; server CPU per decision %.2f lean, %.2f grpc-go",
+					st, round+1, l.Throughput()/h.Throughput(), g.rate/h.Throughput(),
+					float64(leanCPU)/float64(httpCPU), float64(grpcCPU)/float64(httpCPU))
 			}
 		}
 		require.Equal(t, 0, s.stop(t))
@@ -151,4 +188,100 @@ func runRLS(t *testing.T, s *server, conns, perConn int, d time.Duration) *rlsRu
 	res.rate = float64(len(res.lat)) / time.Since(start).Seconds()
 	slices.Sort(res.lat)
 	return res
+}
+
+// TestMeasureGRPCAB compares the gRPC path of two sluice binaries: both
+// serve at once (same rules as TestMeasureGRPCvsHTTP, store per
+// SLUICE_MEASURE_STORES, default memory), and each pass drives one then the
+// other (the order alternating) with the lean client, 4 connections of 4
+// calls in flight, for SLUICE_MEASURE_SECS (default 3); it logs each pass's
+// decisions/s and server CPU per decision, then the medians and B ÷ A. It
+// runs only with SLUICE_MEASURE_AB naming the binaries:
+//
+//	go build -o /tmp/a . && (change) && go build -o /tmp/b . &&
+//	SLUICE_MEASURE_AB=/tmp/a,/tmp/b SLUICE_MEASURE_PASSES=7 go test -count=1 -run MeasureGRPCAB -v ./cmd/sluice
+//
+// SLUICE_MEASURE_PASSES (default 5) sets the passes; SLUICE_MEASURE_CLIENT=grpc-go
+// drives with grpc-go's client instead.
+func TestMeasureGRPCAB(t *testing.T) {
+	bins := strings.Split(os.Getenv("SLUICE_MEASURE_AB"), ",")
+	if len(bins) != 2 {
+		t.Skip("set SLUICE_MEASURE_AB=binaryA,binaryB to measure")
+	}
+	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
+	if secs <= 0 {
+		secs = 3
+	}
+	passes, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_PASSES"))
+	if passes <= 0 {
+		passes = 5
+	}
+	stores := os.Getenv("SLUICE_MEASURE_STORES")
+	if stores == "" {
+		stores = "memory"
+	}
+	grpcGo := os.Getenv("SLUICE_MEASURE_CLIENT") == "grpc-go"
+	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
+	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	reqs := make([][]byte, 1000)
+	for i := range reqs {
+		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key", Value: "k" + strconv.Itoa(i)}}}}})
+		require.NoError(t, err)
+		reqs[i] = b
+	}
+	d := time.Duration(secs) * time.Second
+	for _, st := range strings.Split(stores, ",") {
+		var srv [2]*server
+		for i, bin := range bins {
+			st := st
+			switch st {
+			case "shm":
+				st = "shm:" + shmDir(t) // one segment each: the binaries may differ in layout
+			case "redis":
+				st = redistest.Start(t).URL()
+			}
+			srv[i] = serveBinary(t, bin, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
+		}
+		var rate, cpu [2][]float64
+		for p := range passes {
+			for k := range 2 {
+				i := k ^ p&1 // A first on even passes, B first on odd ones
+				s := srv[i]
+				m := grpcListenRE.FindStringSubmatch(s.logs.String())
+				require.NotNil(t, m)
+				c0, _ := processCPU(s.cmd.Process.Pid)
+				var r float64
+				var n int
+				if grpcGo {
+					g := runRLS(t, s, 4, 4, d)
+					r, n = g.rate, len(g.lat)
+				} else {
+					l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: m[1], Conns: 4, Streams: 4, Requests: reqs, Duration: d})
+					require.NoError(t, err)
+					require.Zero(t, l.Failed)
+					r, n = l.Throughput(), l.Decisions()
+				}
+				c1, _ := processCPU(s.cmd.Process.Pid)
+				c := perDecision(c1-c0, n)
+				rate[i] = append(rate[i], r)
+				cpu[i] = append(cpu[i], float64(c)/1e3)
+				t.Logf("%s pass %d %s: %.0f decisions/s, server CPU %.1fµs per decision", st, p+1, "AB"[i:i+1], r, float64(c)/1e3)
+			}
+		}
+		med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+		// Why the ratios of each pass too: on shared cores the load
+		// changes from pass to pass, and both sides of a pass see about
+		// the same.
+		var rr, cr []float64
+		for p := range passes {
+			rr = append(rr, rate[1][p]/rate[0][p])
+			cr = append(cr, cpu[1][p]/cpu[0][p])
+		}
+		t.Logf("%s median A: %.0f decisions/s, %.1fµs; B: %.0f decisions/s, %.1fµs; B ÷ A: decisions/s %.3f, server CPU per decision %.3f; median of the passes' B ÷ A: %.3f, %.3f",
+			st, med(rate[0]), med(cpu[0]), med(rate[1]), med(cpu[1]), med(rate[1])/med(rate[0]), med(cpu[1])/med(cpu[0]), med(rr), med(cr))
+		for _, s := range srv {
+			require.Equal(t, 0, s.stop(t))
+		}
+	}
 }

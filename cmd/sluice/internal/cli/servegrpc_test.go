@@ -5,8 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"runtime/metrics"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -17,6 +21,7 @@ import (
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -62,4 +67,82 @@ func TestGRPCCallsReuseGoroutines(t *testing.T) {
 	// Without workers, each call starts one; a few may start for other
 	// reasons (the runtime's, the transport's).
 	assert.Less(t, goroutinesCreated()-before, uint64(n/4))
+}
+
+// gate is a store whose decisions wait: each Allow reports on entered and
+// waits for a value on release.
+type gate struct {
+	store.Store
+	entered, release chan struct{}
+}
+
+func (g *gate) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
+	g.entered <- struct{}{}
+	<-g.release
+	return g.Store.Allow(ctx, key, cost, p)
+}
+
+// TestGRPCConcurrentCallsReuseGoroutines: calls in flight together, more
+// of them than cores, each waiting on the store (as on Redis), still run
+// on kept goroutines: WithGRPC keeps a stream worker per call in flight,
+// not per core.
+func TestGRPCConcurrentCallsReuseGoroutines(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // workers are sized when the server starts
+	rc, err := rules.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
+	require.NoError(t, err)
+	g := &gate{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+	c := service.Config{Store: g, Default: store.Policy{Rate: 1000, Burst: 1000}, Rules: rc,
+		StoreTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	defer g.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
+			cli.WithGRPC("127.0.0.1:0", func(a net.Addr) { addr <- a.String() }))
+	}()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer cc.Close()
+	client := rlsv3.NewRateLimitServiceClient(cc)
+	// Callers started up front, so that the goroutines counted below are
+	// the server's.
+	const inFlight, rounds = 32, 10
+	start, answered := make(chan struct{}), make(chan error)
+	var wg sync.WaitGroup
+	for i := range inFlight {
+		// A key each: the service may serve one key's calls together.
+		req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.Itoa(i)}}}}}
+		wg.Go(func() {
+			for range start {
+				_, err := client.ShouldRateLimit(context.Background(), req) // Background: no goroutine watches it
+				answered <- err
+			}
+		})
+	}
+	defer func() { close(start); wg.Wait() }()
+	round := func() {
+		for range inFlight {
+			start <- struct{}{}
+		}
+		for range inFlight { // every call in a handler at once
+			<-g.entered
+		}
+		for range inFlight {
+			g.release <- struct{}{}
+		}
+		for range inFlight {
+			require.NoError(t, <-answered)
+		}
+	}
+	round() // the connection is set up, the workers' stacks grown
+	before := goroutinesCreated()
+	for range rounds {
+		round()
+	}
+	// Without a worker free, each call starts one; a few may start for
+	// other reasons (the runtime's, the transport's).
+	assert.Less(t, goroutinesCreated()-before, uint64(inFlight*rounds/4))
 }
