@@ -21,7 +21,10 @@ type Fiber struct {
 
 	// Loop-thread state.
 	w        *worker // the coroutine running it, from its first resume
-	finished bool    // fn has returned (or panicked, or was stopped)
+	next     func() (struct{}, bool) // w.next and w.yield, copied: a resume
+	yield    func(struct{}) bool     // and a park then skip the worker's memory
+	finished bool                    // fn has returned (or panicked, or was stopped)
+	sleep    sleeper                 // Sleep's wait, kept with the fiber: see sleeper
 	parkedOn *Waiter // the wait it is parked in, nil if runnable or running
 	site     string  // where it parked, filled in only for a DeadlockError
 	panicVal any
@@ -76,10 +79,9 @@ func spawn(ctx context.Context, fn func(context.Context) error, daemon bool, wha
 // ends hands its coroutine back to the loop's pool, so starting a fiber
 // usually creates no goroutine.
 type worker struct {
-	next  func() (struct{}, bool)
-	stop  func()
-	yield func(struct{}) bool
-	f     *Fiber // the fiber it runs now
+	next func() (struct{}, bool)
+	stop func()
+	f    *Fiber // the fiber it runs now
 }
 
 func newWorker() *worker {
@@ -91,9 +93,9 @@ func newWorker() *worker {
 // body is the coroutine: run the assigned fiber, report it finished by
 // yielding, and run the next one assigned when resumed.
 func (w *worker) body(yield func(struct{}) bool) {
-	w.yield = yield
 	for {
 		f := w.f
+		f.yield = yield
 		f.run()
 		f.finished = true
 		if !yield(struct{}{}) {

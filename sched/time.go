@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/loopctx"
@@ -38,22 +37,18 @@ func Yield(ctx context.Context) {
 	l.park(f, nil)
 }
 
-// A sleeper is a pooled Waiter with its wake callback bound once and its
-// timer kept for the next Sleep on the same clock, so a Sleep allocates
-// nothing in the steady state.
+// A sleeper is the Waiter of Sleep, with its wake callback bound once and
+// its timer kept for the next Sleep on the same clock, so a Sleep allocates
+// nothing in the steady state. Each fiber keeps one (Fiber.sleep): a wake
+// then touches the memory of the fiber it resumes, not a pooled object of
+// its own elsewhere in the heap.
 type sleeper struct {
 	w     Waiter
 	wake  func()
 	clock loopctx.Clock
 	timer loopctx.Timer
+	lost  bool // a timer of a cancelled Sleep may still call wake: never reuse
 }
-
-var sleepers = sync.Pool{New: func() any {
-	s := &sleeper{}
-	s.w.Reason = "sched.Sleep"
-	s.wake = func() { s.w.Wake() }
-	return s
-}}
 
 // Sleep pauses the caller for d on ctx's clock and returns nil, or returns
 // ctx.Err() as soon as ctx ends. Inside a loop it parks the fiber (under a
@@ -81,7 +76,18 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		Yield(ctx)
 		return nil
 	}
-	s := sleepers.Get().(*sleeper)
+	f := l.running.Load()
+	if f == nil {
+		panic("sched: a loop's context used to wait outside the loop's fibers")
+	}
+	s := &f.sleep
+	if s.lost {
+		s = new(sleeper)
+	}
+	if s.wake == nil {
+		s.w.Reason = "sched.Sleep"
+		s.wake = func() { s.w.Wake() }
+	}
 	s.w.Prepare(ctx)
 	if s.clock == l.clock && s.timer != nil {
 		s.timer.Reset(d)
@@ -92,9 +98,8 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	if err != nil && !s.timer.Stop() {
 		// The timer is firing on another goroutine and will call Wake on
 		// this Waiter: never reuse it.
-		return err
+		s.lost = true
 	}
-	sleepers.Put(s)
 	return err
 }
 

@@ -169,7 +169,9 @@ func (w *Waiter) Wait(ctx context.Context) error {
 			// Woken first: the wake has queued us; take that turn below.
 		} else if c := nearestLoopCtx(ctx); c != nil {
 			if c.addWaiter(w) {
-				reg = c
+				if !c.neverDone {
+					reg = c // neverDone: nothing was registered
+				}
 			} else {
 				w.cancelGen(gen) // ended just now
 			}
