@@ -20,13 +20,13 @@ type Fiber struct {
 	fn     func(context.Context) error
 
 	// Loop-thread state.
-	w        *worker // the coroutine running it, from its first resume
+	w        *worker                 // the coroutine running it, from its first resume
 	next     func() (struct{}, bool) // w.next and w.yield, copied: a resume
 	yield    func(struct{}) bool     // and a park then skip the worker's memory
 	finished bool                    // fn has returned (or panicked, or was stopped)
 	sleep    sleeper                 // Sleep's wait, kept with the fiber: see sleeper
-	parkedOn *Waiter // the wait it is parked in, nil if runnable or running
-	site     string  // where it parked, filled in only for a DeadlockError
+	parkedOn *Waiter                 // the wait it is parked in, nil if runnable or running
+	site     string                  // where it parked, filled in only for a DeadlockError
 	panicVal any
 	panicked bool
 	stack    []byte
