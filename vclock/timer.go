@@ -72,7 +72,7 @@ func (e entry) before(o entry) bool {
 // lines, which matters when a run holds 100k sleeping fibers.
 type timerHeap []entry
 
-const arity = 4
+const arity = 4 // children per node
 
 func (h *timerHeap) push(e entry) {
 	*h = append(*h, e)
