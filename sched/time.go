@@ -38,16 +38,14 @@ func Yield(ctx context.Context) {
 }
 
 // A sleeper is the Waiter of Sleep, with its wake callback bound once and
-// its timer kept for the next Sleep on the same clock, so a Sleep allocates
-// nothing in the steady state. Each fiber keeps one (Fiber.sleep): a wake
-// then touches the memory of the fiber it resumes, not a pooled object of
-// its own elsewhere in the heap.
+// its timer kept for the next Sleep, so a Sleep allocates nothing in the
+// steady state. Each fiber keeps one (Fiber.sleep), on its loop's clock: a
+// wake then touches the memory of the fiber it resumes, not a pooled object
+// of its own elsewhere in the heap.
 type sleeper struct {
-	w     Waiter
+	timer loopctx.Timer // on the fiber's loop's clock, the only one it sleeps on
 	wake  func()
-	clock loopctx.Clock
-	timer loopctx.Timer
-	lost  bool // a timer of a cancelled Sleep may still call wake: never reuse
+	w     Waiter
 }
 
 // Sleep pauses the caller for d on ctx's clock and returns nil, or returns
@@ -81,7 +79,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		panic("sched: a loop's context used to wait outside the loop's fibers")
 	}
 	s := &f.sleep
-	if s.lost {
+	if f.sleepLost {
 		s = new(sleeper)
 	}
 	if s.wake == nil {
@@ -89,10 +87,10 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		s.wake = func() { s.w.Wake() }
 	}
 	s.w.Prepare(ctx)
-	if s.clock == l.clock && s.timer != nil {
+	if s.timer != nil {
 		s.timer.Reset(d)
 	} else {
-		s.clock, s.timer = l.clock, l.clock.AfterFunc(d, s.wake)
+		s.timer = l.clock.AfterFunc(d, s.wake)
 	}
 	if c, ok := ctx.(*loopCtx); ok && c.neverDone {
 		// Nothing can cancel this wait (Run stops the fiber instead), so
@@ -105,7 +103,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	if err != nil && !s.timer.Stop() {
 		// The timer is firing on another goroutine and will call Wake on
 		// this Waiter: never reuse it.
-		s.lost = true
+		f.sleepLost = true
 	}
 	return err
 }
