@@ -15,31 +15,30 @@ type Fiber struct {
 	live node // in the loop's list of live fibers; first, see list
 
 	// Loop-thread state. Why this order: what a resume, a park and a
-	// Sleep touch comes first and, with the hot half of sleep, fills the
-	// first two cache lines of the fiber; with 100k fibers asleep each
-	// wake finds them out of cache.
-	w         *worker                 // the coroutine running it, from its first resume
-	next      func() (struct{}, bool) // w.next and the coroutine's yield, copied: a
-	yield     func(struct{}) bool     // resume and a park then skip the worker's memory
-	finished  bool                    // fn has returned (or panicked, or was stopped)
-	sleepLost bool                    // sleep may still be woken by a stale timer: never reuse it
-	parkedOn  *Waiter                 // the wait it is parked in, nil if runnable or running
-	sleep     sleeper                 // Sleep's wait, kept with the fiber: see sleeper
+	// Sleep touch fills the first cache line of the fiber; with 100k
+	// fibers asleep, each wake finds it out of cache. The flags share a
+	// word, so that the fiber stays in the 224-byte size class.
+	w        *worker                 // the coroutine running it, from its first resume
+	next     func() (struct{}, bool) // w.next and the coroutine's yield, copied: a
+	yield    func(struct{}) bool     // resume and a park then skip the worker's memory
+	parkedOn *Waiter                 // the wait it is parked in, nil if runnable or running
+	sleep    *sleeper                // Sleep's wait, made by the first Sleep and kept
+	finished bool                    // fn has returned (or panicked, or was stopped)
+	panicked bool
+	daemon   bool
 
 	l        *loop
 	id       uint64
-	daemon   bool
 	ctx      context.Context
 	fn       func(context.Context) error
 	site     string // where it parked, filled in only for a DeadlockError
 	panicVal any
-	panicked bool
 	stack    []byte
 
 	mu      sync.Mutex // guards the fields below, read by Wait from any goroutine
 	ended   bool
-	err     error
 	waited  bool
+	err     error
 	joiners []*joiner
 	joiner1 [1]*joiner // backing store for the first joiner
 }
