@@ -72,14 +72,12 @@ func (e entry) before(o entry) bool {
 // lines, which matters when a run holds 100k sleeping fibers.
 type timerHeap []entry
 
-const arity = 4 // children per node
-
 func (h *timerHeap) push(e entry) {
 	*h = append(*h, e)
 	s := *h
 	i := len(s) - 1
 	for i > 0 {
-		p := (i - 1) / arity
+		p := (i - 1) / 4
 		if !s[i].before(s[p]) {
 			break
 		}
@@ -103,12 +101,12 @@ func (h *timerHeap) pop() entry {
 func (s timerHeap) down(i int) {
 	n := len(s)
 	for {
-		c := arity*i + 1
+		c := 4*i + 1
 		if c >= n {
 			return
 		}
 		m := c
-		for k := c + 1; k < c+arity && k < n; k++ {
+		for k := c + 1; k < c+4 && k < n; k++ {
 			if s[k].before(s[m]) {
 				m = k
 			}
@@ -122,7 +120,7 @@ func (s timerHeap) down(i int) {
 }
 
 func (s timerHeap) heapify() {
-	for i := (len(s) - 2) / arity; i >= 0; i-- {
+	for i := (len(s) - 2) / 4; i >= 0; i-- {
 		s.down(i)
 	}
 }
