@@ -31,6 +31,7 @@ func Blocking(ctx context.Context, fn func() error) error {
 	w.Prepare(wctx)
 	l.mu.Lock()
 	l.blocking++
+	l.nblocking.Store(int32(l.blocking))
 	l.mu.Unlock()
 	go func() {
 		defer func() {
@@ -45,6 +46,7 @@ func Blocking(ctx context.Context, fn func() error) error {
 			}
 			l.mu.Lock()
 			l.blocking--
+			l.nblocking.Store(int32(l.blocking))
 			sleeping := l.sleeping
 			l.mu.Unlock()
 			if sleeping {

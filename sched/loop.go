@@ -42,16 +42,17 @@ type loop struct {
 	ended            atomic.Bool
 	afterRun         *loopCtx // cancelled when the run ends; see AfterRun
 
-	mu       sync.Mutex // guards the fields below, shared with other goroutines
-	inbox    []*Fiber   // fibers woken from anywhere, in wake order
-	spare    []*Fiber
-	blocking int       // Blocking calls in flight
-	watched  watchList // settled watches (see watch), in registration order
-	sleeping bool      // the loop is blocked on notify
-	notify   chan struct{}
-	inboxLen atomic.Int32 // len(inbox), read without mu to skip an empty drain
-	nwatched atomic.Int32 // watched.len, read without mu to skip an empty settle
-	poke     func()       // l.signal, bound once: the callback of every watch
+	mu        sync.Mutex // guards the fields below, shared with other goroutines
+	inbox     []*Fiber   // fibers woken from anywhere, in wake order
+	spare     []*Fiber
+	blocking  int       // Blocking calls in flight
+	watched   watchList // settled watches (see watch), in registration order
+	sleeping  bool      // the loop is blocked on notify
+	notify    chan struct{}
+	inboxLen  atomic.Int32 // len(inbox), read without mu to skip an empty drain
+	nblocking atomic.Int32 // blocking, read without mu (see awaitOutside)
+	nwatched  atomic.Int32 // watched.len, read without mu to skip an empty settle
+	poke      func()       // l.signal, bound once: the callback of every watch
 
 	// Test hooks, nil outside this package's tests; a fiber sets them
 	// before the Blocking calls they watch.
@@ -132,7 +133,7 @@ func (l *loop) signal() {
 func (l *loop) park(f *Fiber, w *Waiter) {
 	f.parkedOn = w
 	for {
-		if !f.w.yield(struct{}{}) {
+		if !f.yield(struct{}{}) {
 			// Run is stopping this fiber. A wait it was in ends as a
 			// cancellation, so the owner's OnCancel takes it out of its
 			// queue and passes on what it held: nothing is lost.
@@ -338,6 +339,13 @@ func (l *loop) awaitOutside() bool {
 	if l.hookIdle != nil {
 		l.hookIdle()
 	}
+	// The common case without the lock: no Blocking call in flight (only
+	// a fiber starts one, and none runs now) and no wake in the inbox.
+	// In this order: a Blocking goroutine wakes its fiber before its count
+	// drops, so a count seen at zero comes with that wake seen.
+	if l.nblocking.Load() == 0 && l.inboxLen.Load() == 0 {
+		return false
+	}
 	l.mu.Lock()
 	switch {
 	case len(l.inbox) > 0:
@@ -406,13 +414,14 @@ func (l *loop) resume(f *Fiber) {
 			f.w = newWorker()
 		}
 		f.w.f = f
+		f.next = f.w.next
 	}
 	l.setCurrent(f)
-	_, ok := f.w.next()
+	_, ok := f.next()
 	l.setCurrent(nil)
 	if !ok || f.finished {
 		w := f.w
-		f.w = nil
+		f.w, f.next, f.yield = nil, nil, nil
 		w.f = nil
 		if ok && len(l.idle) < maxIdleWorkers {
 			l.idle = append(l.idle, w)
@@ -481,15 +490,18 @@ func (l *loop) run() {
 			}
 			continue
 		}
-		if t, ok := l.virtual.Next(); ok {
-			// One timer at a time: the fibers it wakes run before the
-			// next timer fires, as they would at that instant.
-			l.virtual.FireNext(t)
+		// One timer at a time: the fibers it wakes run before the next
+		// timer fires, as they would at that instant.
+		if l.virtual.FireNext(endOfTime) {
 			continue
 		}
 		l.failure = l.deadlock()
 	}
 }
+
+// endOfTime is a limit beyond every deadline: FireNext(endOfTime) fires the
+// earliest timer, whenever it is due.
+var endOfTime = time.Unix(1<<62, 0)
 
 // pick takes the next fiber to run from the run queue: the oldest under
 // FIFO, one drawn from the seeded PRNG under WithSeed. Every fiber in the

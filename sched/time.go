@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/loopctx"
@@ -38,22 +37,19 @@ func Yield(ctx context.Context) {
 	l.park(f, nil)
 }
 
-// A sleeper is a pooled Waiter with its wake callback bound once and its
-// timer kept for the next Sleep on the same clock, so a Sleep allocates
-// nothing in the steady state.
+// A sleeper is the Waiter of Sleep, with its wake callback bound once and
+// its timer kept for the next Sleep, so a Sleep allocates nothing in the
+// steady state. Each fiber keeps the one its first Sleep made (Fiber.sleep),
+// on its loop's clock. Why not a sync.Pool: a fiber that wakes then finds
+// its own sleeper, not the last one another fiber returned, which with 100k
+// fibers asleep is out of cache. Why not a field of Fiber by value: every
+// fiber would carry it, sleeping or not, and fibers that never sleep run
+// measurably slower for the larger fiber.
 type sleeper struct {
-	w     Waiter
+	timer loopctx.Timer // on the fiber's loop's clock, the only one it sleeps on
 	wake  func()
-	clock loopctx.Clock
-	timer loopctx.Timer
+	w     Waiter
 }
-
-var sleepers = sync.Pool{New: func() any {
-	s := &sleeper{}
-	s.w.Reason = "sched.Sleep"
-	s.wake = func() { s.w.Wake() }
-	return s
-}}
 
 // Sleep pauses the caller for d on ctx's clock and returns nil, or returns
 // ctx.Err() as soon as ctx ends. Inside a loop it parks the fiber (under a
@@ -81,20 +77,36 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		Yield(ctx)
 		return nil
 	}
-	s := sleepers.Get().(*sleeper)
+	f := l.running.Load()
+	if f == nil {
+		panic("sched: a loop's context used to wait outside the loop's fibers")
+	}
+	s := f.sleep
+	if s == nil {
+		s = &sleeper{}
+		s.w.Reason = "sched.Sleep"
+		s.wake = func() { s.w.Wake() }
+		f.sleep = s
+	}
 	s.w.Prepare(ctx)
-	if s.clock == l.clock && s.timer != nil {
+	if s.timer != nil {
 		s.timer.Reset(d)
 	} else {
-		s.clock, s.timer = l.clock, l.clock.AfterFunc(d, s.wake)
+		s.timer = l.clock.AfterFunc(d, s.wake)
+	}
+	if c, ok := ctx.(*loopCtx); ok && c.neverDone {
+		// Nothing can cancel this wait (Run stops the fiber instead), so
+		// it parks without Wait's registration: fewer frames to come back
+		// through on a stack that went cold while the fiber slept.
+		l.park(f, &s.w)
+		return nil
 	}
 	err := s.w.Wait(ctx)
 	if err != nil && !s.timer.Stop() {
 		// The timer is firing on another goroutine and will call Wake on
 		// this Waiter: never reuse it.
-		return err
+		f.sleep = nil
 	}
-	sleepers.Put(s)
 	return err
 }
 

@@ -39,6 +39,13 @@ const (
 type Waiter struct {
 	ctxNode node // in ctx.waiters, guarded by ctx.mu; first, see list
 
+	// What a wait and its wake touch, next to each other (see Fiber).
+	state atomic.Uint64
+	// Bound by Prepare.
+	l  *loop
+	f  *Fiber
+	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
+
 	// Reason says what the caller waits for, as shown in a DeadlockError
 	// (for example "semaphore.Acquire"). N, if non-zero, is shown as " n=N".
 	Reason string
@@ -48,13 +55,6 @@ type Waiter struct {
 	// Wait (a deadlock, a panic, a daemon that ignored its cancellation).
 	// It may run on any goroutine, and must not wait for the waiting caller.
 	OnCancel func()
-
-	state atomic.Uint64
-
-	// Bound by Prepare.
-	l  *loop
-	f  *Fiber
-	ch chan struct{} // goroutine mode: one send per Wake; made anew by each Prepare
 
 	// Registration with a loop context, guarded by that context's mu.
 	ctx *loopCtx
@@ -169,7 +169,9 @@ func (w *Waiter) Wait(ctx context.Context) error {
 			// Woken first: the wake has queued us; take that turn below.
 		} else if c := nearestLoopCtx(ctx); c != nil {
 			if c.addWaiter(w) {
-				reg = c
+				if !c.neverDone {
+					reg = c // neverDone: nothing was registered
+				}
 			} else {
 				w.cancelGen(gen) // ended just now
 			}

@@ -120,6 +120,11 @@ func (c *Clock) disarm(t *Timer) {
 
 // top returns the earliest live entry, dropping stale ones. c.mu is held.
 func (c *Clock) top() (entry, bool) {
+	if len(c.timers) == c.live && c.live > 0 {
+		// No stale entry: the top is live without a look at its Timer,
+		// which is likely out of cache.
+		return c.timers[0], true
+	}
 	for len(c.timers) > 0 {
 		if e := c.timers[0]; e.live() {
 			return e, true
