@@ -305,6 +305,7 @@ type loadResult struct {
 	lat                  []time.Duration // sorted; open loop: from each call's intended send time
 	allowed, denied, bad int
 	late                 int // open loop: calls sent lateBy or more after their intended time
+	unsent               int // open loop: calls due in the measured time but not sent by its end
 	firstErr             error
 	duration             time.Duration
 }
@@ -326,11 +327,26 @@ func (r *loadResult) quantile(q float64) time.Duration {
 	return r.lat[min(max(i, 0), len(r.lat)-1)]
 }
 
+// lateShare is the share of the open loop's calls sent late or not at all.
 func (r *loadResult) lateShare() float64 {
-	if len(r.lat) == 0 {
+	if len(r.lat)+r.unsent == 0 {
 		return 0
 	}
-	return float64(r.late) / float64(len(r.lat))
+	return float64(r.late+r.unsent) / float64(len(r.lat)+r.unsent)
+}
+
+// add adds o's calls and duration to r (a row's rounds); sort r.lat after.
+func (r *loadResult) add(o *loadResult) {
+	r.lat = append(r.lat, o.lat...)
+	r.allowed += o.allowed
+	r.denied += o.denied
+	r.bad += o.bad
+	r.late += o.late
+	r.unsent += o.unsent
+	if r.firstErr == nil {
+		r.firstErr = o.firstErr
+	}
+	r.duration += o.duration
 }
 
 // runLoad drives the deciders (one per worker) with shape and returns what
@@ -341,7 +357,8 @@ func (r *loadResult) lateShare() float64 {
 // and its latency runs from that due time, not from when it was sent: a
 // call held up behind a slow one on its worker is charged the wait (no
 // coordinated omission). The share sent late says whether the loop kept
-// its schedule.
+// its schedule; a worker still behind at the run's end sends no more, and
+// the calls it did not send count as late.
 func runLoad(deciders []decider, shape loadShape) *loadResult {
 	workers := len(deciders)
 	start := time.Now().Add(20 * time.Millisecond)
@@ -364,6 +381,17 @@ func runLoad(deciders []decider, shape loadShape) *loadResult {
 						return
 					}
 					time.Sleep(time.Until(due)) // the schedule (returns at once when late)
+					if !time.Now().Before(end) {
+						// The run is over and this worker is behind: what it
+						// did not send counts as sent late.
+						for ; due.Before(end); n += workers {
+							if !due.Before(measured) {
+								p.unsent++
+							}
+							due = start.Add(time.Duration(float64(n+workers) / shape.rate * float64(time.Second)))
+						}
+						return
+					}
 				} else {
 					due = time.Now()
 					if !due.Before(end) {
@@ -395,17 +423,11 @@ func runLoad(deciders []decider, shape loadShape) *loadResult {
 		})
 	}
 	wg.Wait()
-	all := &loadResult{duration: shape.duration}
-	for _, p := range parts {
-		all.lat = append(all.lat, p.lat...)
-		all.allowed += p.allowed
-		all.denied += p.denied
-		all.bad += p.bad
-		all.late += p.late
-		if all.firstErr == nil {
-			all.firstErr = p.firstErr
-		}
+	all := &loadResult{}
+	for i := range parts {
+		all.add(&parts[i])
 	}
+	all.duration = shape.duration
 	slices.Sort(all.lat)
 	return all
 }

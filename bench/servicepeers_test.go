@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,29 +63,30 @@ descriptors:
 //
 //	SLUICE_PEERS=1 go test -run TestServiceVsPeers -v -count=1 -timeout 30m ./bench
 //
-// SLUICE_PEERS_SECS (default 10) is each run's measured time, after a
-// warm-up of a second. Per server and API: a decision check, then the peak
-// (closed loop, 32 calls in flight) and 5000 calls/s (open loop, 16
-// workers), over 1000 keys that never reach their limit, so every decision
-// in the load must be an allow and any error or denial fails the test.
+// Every server runs from the start, idle but for the row being measured;
+// each checks first that it decides, then the rounds run: in each, every
+// row's peak (closed loop, 32 calls in flight), then every row's open loop
+// (5000 calls/s from 16 workers), so a drift in the machine's load hits
+// every row alike. A row's figures pool its rounds. The load is 1000 keys
+// that never reach their limit, so every decision must be an allow and any
+// error or denial fails the test. SLUICE_PEERS_SECS (default 10) is each
+// run's measured time, after a second's warm-up; SLUICE_PEERS_ROUNDS
+// (default 2) the rounds; SLUICE_PEERS_RATE (default 5000) the open loop's
+// calls a second.
 func TestServiceVsPeers(t *testing.T) {
 	if os.Getenv("SLUICE_PEERS") == "" {
 		t.Skip("set SLUICE_PEERS=1 to run (builds sluice and installs envoyproxy/ratelimit and gubernator, starts redis-server; takes minutes)")
 	}
-	secs := 10
-	if s := os.Getenv("SLUICE_PEERS_SECS"); s != "" {
-		n, err := strconv.Atoi(s)
-		require.NoError(t, err, "SLUICE_PEERS_SECS")
-		require.Positive(t, n, "SLUICE_PEERS_SECS")
-		secs = n
-	}
+	secs := envInt(t, "SLUICE_PEERS_SECS", 10)
+	rounds := envInt(t, "SLUICE_PEERS_ROUNDS", 2)
+	rate := envInt(t, "SLUICE_PEERS_RATE", 5000)
 	keys := make([]string, keyCount)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
 	}
 	peak := loadShape{warmup: time.Second, duration: time.Duration(secs) * time.Second, keys: keys}
 	open := peak
-	open.rate = openRate
+	open.rate = float64(rate)
 
 	rds := redistest.Start(t)
 	work := t.TempDir()
@@ -96,71 +98,46 @@ func TestServiceVsPeers(t *testing.T) {
 	require.NoError(t, os.MkdirAll(rulesDir, 0o755))
 	rules := filepath.Join(rulesDir, "perf.yaml")
 	require.NoError(t, os.WriteFile(rules, []byte(peersRules), 0o644))
-	t.Logf("load average before: %s", loadAverage())
 
 	var rows []*serviceRow
-	measure := func(t *testing.T, row *serviceRow, newDeciders func(workers int) ([]decider, func()), check decider) {
-		t.Helper()
-		requireDecides(t, row.name(), check, newDeciders)
-		for _, run := range []struct {
-			shape   loadShape
-			workers int
-			into    **loadResult
-		}{{peak, peakWorkers, &row.peak}, {open, openWorkers, &row.open}} {
-			ds, done := newDeciders(run.workers)
-			r := runLoad(ds, run.shape)
-			done()
-			*run.into = r
-			t.Logf("%s, %s: %.0f decisions/s, p50 %v, p99 %v, sent late %.1f%%; allowed %d, denied %d, errors %d",
-				row.name(), map[bool]string{true: "5000/s", false: "peak"}[run.shape.rate > 0],
-				r.decisionsPerSec(), r.quantile(0.5), r.quantile(0.99), 100*r.lateShare(), r.allowed, r.denied, r.bad)
-			require.NotZero(t, r.allowed, "no decisions")
-			require.Zero(t, r.bad, "errors, the first: %v", r.firstErr)
-			require.Zero(t, r.denied, "denials: every key stays under its limit")
-		}
-		rows = append(rows, row)
-	}
-	rlsDeciders := func(t *testing.T, addr string) func(int) ([]decider, func()) {
-		return func(workers int) ([]decider, func()) {
-			ds, done, err := grpcDeciders(addr, grpcConns, workers, func(cc *grpc.ClientConn) decider {
-				return rlsDecider{c: rlsv3.NewRateLimitServiceClient(cc), domain: "perf", desc: "k"}
-			})
+	grpcRow := func(row *serviceRow, addr string, mk func(cc *grpc.ClientConn, check bool) decider) {
+		row.newDeciders = func(workers int) ([]decider, func()) {
+			ds, done, err := grpcDeciders(addr, grpcConns, workers, func(cc *grpc.ClientConn) decider { return mk(cc, false) })
 			require.NoError(t, err)
 			return ds, done
 		}
-	}
-	rlsCheck := func(t *testing.T, addr string) (decider, func()) {
-		ds, done, err := grpcDeciders(addr, 1, 1, func(cc *grpc.ClientConn) decider {
-			return rlsDecider{c: rlsv3.NewRateLimitServiceClient(cc), domain: "perf", desc: "check"}
-		})
+		ds, done, err := grpcDeciders(addr, 1, 1, func(cc *grpc.ClientConn) decider { return mk(cc, true) })
 		require.NoError(t, err)
-		return ds[0], done
+		t.Cleanup(done)
+		row.check = ds[0]
+		rows = append(rows, row)
 	}
-
+	rls := func(cc *grpc.ClientConn, check bool) decider {
+		d := rlsDecider{c: rlsv3.NewRateLimitServiceClient(cc), domain: "perf", desc: "k"}
+		if check {
+			d.desc = "check"
+		}
+		return d
+	}
 	for _, store := range []string{"memory", "redis"} {
-		t.Run("sluice-"+store, func(t *testing.T) {
-			st := store
-			if store == "redis" {
-				st = rds.URL()
-			}
-			httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-			// HTTP /allow keys match no rule (they are looked up in the
-			// domain "http"), so they take -rate and -burst, and the key
-			// "check" its -limits: the same limits as the rules.
-			c := startChild(t, "sluice-"+store, sluice, []string{"serve", "-addr", httpAddr, "-grpc", grpcAddr,
-				"-config", rules, "-store", st, "-rate", "1000", "-burst", "1000", "-limits", "check=5:5"}, nil)
-			c.waitHealthy(t, "http://"+httpAddr+"/healthz")
-			check, done := rlsCheck(t, grpcAddr)
-			defer done()
-			measure(t, &serviceRow{server: "sluice serve -grpc -config", api: "gRPC ShouldRateLimit", store: store},
-				rlsDeciders(t, grpcAddr), check)
-			measure(t, &serviceRow{server: "sluice serve", api: "HTTP /allow", store: store, http: true},
-				func(workers int) ([]decider, func()) { return httpDeciders(httpAddr, workers) },
-				&fixedKeyDecider{d: &httpDecider{addr: httpAddr}, key: "check"})
-		})
+		st := store
+		if store == "redis" {
+			st = rds.URL()
+		}
+		httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
+		// HTTP /allow keys match no rule (they are looked up in the domain
+		// "http"), so they take -rate and -burst, and the key "check" its
+		// -limits: the same limits as the rules.
+		c := startChild(t, "sluice-"+store, sluice, []string{"serve", "-addr", httpAddr, "-grpc", grpcAddr,
+			"-config", rules, "-store", st, "-rate", "1000", "-burst", "1000", "-limits", "check=5:5"}, nil)
+		c.waitHealthy(t, "http://"+httpAddr+"/healthz")
+		grpcRow(&serviceRow{server: "sluice serve -grpc -config", api: "gRPC ShouldRateLimit", store: store}, grpcAddr, rls)
+		rows = append(rows, &serviceRow{server: "sluice serve", api: "HTTP /allow", store: store,
+			newDeciders: func(workers int) ([]decider, func()) { return httpDeciders(httpAddr, workers) },
+			check:       &fixedKeyDecider{d: &httpDecider{addr: httpAddr}, key: "check"}})
 	}
 
-	t.Run("envoyproxy-ratelimit", func(t *testing.T) {
+	{
 		httpAddr, grpcAddr, debugAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 		host := func(a string) string { h, _, _ := net.SplitHostPort(a); return h }
 		port := func(a string) string { _, p, _ := net.SplitHostPort(a); return p }
@@ -175,13 +152,10 @@ func TestServiceVsPeers(t *testing.T) {
 			"RUNTIME_ROOT=" + filepath.Join(work, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		})
 		c.waitHealthy(t, "http://"+httpAddr+"/healthcheck")
-		check, done := rlsCheck(t, grpcAddr)
-		defer done()
-		measure(t, &serviceRow{server: "envoyproxy/ratelimit", api: "gRPC ShouldRateLimit", store: "redis"},
-			rlsDeciders(t, grpcAddr), check)
-	})
+		grpcRow(&serviceRow{server: "envoyproxy/ratelimit", api: "gRPC ShouldRateLimit", store: "redis"}, grpcAddr, rls)
+	}
 
-	t.Run("gubernator", func(t *testing.T) {
+	{
 		httpAddr, grpcAddr, memberAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 		// One node: member-list discovery on loopback, knowing only itself;
 		// no trace exporter (its default sends OTLP to localhost).
@@ -192,45 +166,86 @@ func TestServiceVsPeers(t *testing.T) {
 			"GUBER_LOG_LEVEL=warn", "OTEL_TRACES_EXPORTER=none",
 		})
 		c.waitHealthy(t, "http://"+httpAddr+"/v1/HealthCheck")
-		newDeciders := func(limit int64) func(int) ([]decider, func()) {
-			return func(workers int) ([]decider, func()) {
-				ds, done, err := grpcDeciders(grpcAddr, grpcConns, workers, func(cc *grpc.ClientConn) decider {
-					return gubernatorDecider{cc: cc, limit: limit}
-				})
-				require.NoError(t, err)
-				return ds, done
+		// Each request names its limit (gubernator's API): the rules' 1000/s
+		// for the load, 5/s for the check.
+		grpcRow(&serviceRow{server: "gubernator " + gubernatorVersion, api: "gRPC GetRateLimits", store: "memory"}, grpcAddr,
+			func(cc *grpc.ClientConn, check bool) decider {
+				if check {
+					return gubernatorDecider{cc: cc, limit: 5}
+				}
+				return gubernatorDecider{cc: cc, limit: 1000}
+			})
+	}
+
+	for _, row := range rows {
+		requireDecides(t, row)
+	}
+	t.Logf("load average before the rounds: %s", loadAverage())
+	for round := 1; round <= rounds; round++ {
+		for _, run := range []struct {
+			name    string
+			shape   loadShape
+			workers int
+		}{{"peak", peak, peakWorkers}, {strconv.Itoa(rate) + "/s", open, openWorkers}} {
+			for _, row := range rows {
+				ds, done := row.newDeciders(run.workers)
+				r := runLoad(ds, run.shape)
+				done()
+				t.Logf("round %d, %s, %s: %.0f decisions/s, p50 %v, p99 %v, sent late %.1f%%; allowed %d, denied %d, errors %d; load average %s",
+					round, row.name(), run.name, r.decisionsPerSec(), r.quantile(0.5), r.quantile(0.99), 100*r.lateShare(),
+					r.allowed, r.denied, r.bad, loadAverage())
+				require.NotZero(t, r.allowed, "%s: no decisions", row.name())
+				require.Zero(t, r.bad, "%s: errors, the first: %v", row.name(), r.firstErr)
+				require.Zero(t, r.denied, "%s: denials, but every key stays under its limit", row.name())
+				if run.shape.rate > 0 {
+					row.open.add(r)
+				} else {
+					row.peak.add(r)
+				}
 			}
 		}
-		checks, done := newDeciders(5)(1)
-		defer done()
-		measure(t, &serviceRow{server: "gubernator " + gubernatorVersion, api: "gRPC GetRateLimits", store: "memory"},
-			newDeciders(1000), checks[0])
-	})
-
-	t.Logf("load average after: %s", loadAverage())
-	fmt.Print(serviceTable(rows, secs))
+	}
+	for _, row := range rows {
+		slices.Sort(row.peak.lat)
+		slices.Sort(row.open.lat)
+	}
+	fmt.Print(serviceTable(rows, secs, rounds, rate))
 }
 
-// serviceRow is one server, API and store, and what its runs measured.
+// serviceRow is one server, API and store: how to load it, how to check it
+// decides, and what its rounds measured.
 type serviceRow struct {
 	server, api, store string
-	http               bool
-	peak, open         *loadResult
+	newDeciders        func(workers int) ([]decider, func())
+	check              decider // asks about a key limited to 5/s
+	peak, open         loadResult
 }
 
 func (r *serviceRow) name() string { return r.server + ", " + r.api + ", " + r.store }
 
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, name)
+	require.Positive(t, n, name)
+	return n
+}
+
 // serviceTable is the rows as a markdown table, then the same-run ratios.
-func serviceTable(rows []*serviceRow, secs int) string {
+func serviceTable(rows []*serviceRow, secs, rounds, rate int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nclosed loop: %d calls in flight; open loop: %d calls/s from %d workers; %d s each; %d keys\n\n",
-		peakWorkers, openRate, openWorkers, secs, keyCount)
-	b.WriteString("| server | API | store | peak, decisions/s | 5000/s: p50 | p99 | sent late |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n%d keys; peak: closed loop, %d calls in flight; %d/s: open loop, %d workers, latency from each call's intended send time; %d round(s) of %d s per run\n\n",
+		keyCount, peakWorkers, rate, openWorkers, rounds, secs)
+	fmt.Fprintf(&b, "| server | API | store | peak, decisions/s | %d/s: decisions/s | p50 | p99 | sent late |\n", rate)
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %.1f%% |\n", r.server, r.api, r.store,
-			thousands(r.peak.decisionsPerSec()), millis(r.open.quantile(0.5)), millis(r.open.quantile(0.99)),
-			100*r.open.lateShare())
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.1f%% |\n", r.server, r.api, r.store,
+			thousands(r.peak.decisionsPerSec()), thousands(r.open.decisionsPerSec()),
+			millis(r.open.quantile(0.5)), millis(r.open.quantile(0.99)), 100*r.open.lateShare())
 	}
 	find := func(server, api, store string) *serviceRow {
 		for _, r := range rows {
@@ -253,7 +268,7 @@ func serviceTable(rows []*serviceRow, secs int) string {
 		{"sluice HTTP, redis ÷ HTTP, memory",
 			find("sluice serve", "HTTP", "redis"), find("sluice serve", "HTTP", "memory")},
 	}
-	b.WriteString("\n| same run, peak decisions/s | ratio |\n|---|---|\n")
+	b.WriteString("\n| peak decisions/s, same run | ratio |\n|---|---|\n")
 	for _, r := range ratios {
 		v := "-"
 		if r.num != nil && r.den != nil {
@@ -290,14 +305,14 @@ func (f *fixedKeyDecider) decide(ctx context.Context, _ string) (bool, error) {
 	return f.d.decide(ctx, f.key)
 }
 
-// requireDecides checks that the server decides: once it answers at all
+// requireDecides checks that row's server decides: once it answers at all
 // (retried for a while: a server can answer its health check before its
 // limiter is ready), 20 calls at once on a fresh key limited to 5 a second
 // must give 5 to 10 allows (10 if a fixed window rolls over among them) and
 // the rest denials. A server or config that allows everything cannot score.
-func requireDecides(t *testing.T, name string, check decider, newDeciders func(int) ([]decider, func())) {
+func requireDecides(t *testing.T, row *serviceRow) {
 	t.Helper()
-	ds, done := newDeciders(1)
+	ds, done := row.newDeciders(1)
 	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -306,25 +321,25 @@ func requireDecides(t *testing.T, name string, check decider, newDeciders func(i
 		if err == nil {
 			break
 		}
+		require.NoError(t, ctx.Err(), "%s does not answer: %v", row.name(), err)
 		// A real process: retried until it answers or the deadline passes.
-		require.NoError(t, ctx.Err(), "%s does not answer: %v", name, err)
 		time.Sleep(50 * time.Millisecond)
 	}
 	key := "check" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	allowed := 0
 	for range 20 {
-		ok, err := check.decide(ctx, key)
-		require.NoError(t, err, name)
+		ok, err := row.check.decide(ctx, key)
+		require.NoError(t, err, row.name())
 		if ok {
 			allowed++
 		}
 	}
-	if c, ok := check.(*fixedKeyDecider); ok {
+	if c, ok := row.check.(*fixedKeyDecider); ok {
 		c.d.close()
 	}
-	t.Logf("%s: 20 calls on a key limited to 5/s gave %d allowed, %d denied", name, allowed, 20-allowed)
-	assert.GreaterOrEqual(t, allowed, 5, name)
-	require.LessOrEqual(t, allowed, 10, "%s: a limit of 5/s must deny", name)
+	t.Logf("%s: 20 calls on a key limited to 5/s gave %d allowed, %d denied", row.name(), allowed, 20-allowed)
+	assert.GreaterOrEqual(t, allowed, 5, row.name())
+	require.LessOrEqual(t, allowed, 10, "%s: a limit of 5/s must deny", row.name())
 }
 
 // buildSluice builds ../cmd/sluice into dir and returns the binary's path.
