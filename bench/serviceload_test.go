@@ -306,6 +306,7 @@ type loadResult struct {
 	allowed, denied, bad int
 	late                 int // open loop: calls sent lateBy or more after their intended time
 	unsent               int // open loop: calls due in the measured time but not sent by its end
+	calls                int // every call answered, warm-up included: what the CPU time counts
 	firstErr             error
 	duration             time.Duration
 }
@@ -343,6 +344,7 @@ func (r *loadResult) add(o *loadResult) {
 	r.bad += o.bad
 	r.late += o.late
 	r.unsent += o.unsent
+	r.calls += o.calls
 	if r.firstErr == nil {
 		r.firstErr = o.firstErr
 	}
@@ -401,6 +403,9 @@ func runLoad(deciders []decider, shape loadShape) *loadResult {
 				sent := time.Now()
 				ok, err := d.decide(ctx, shape.keys[rng.IntN(len(shape.keys))])
 				done := time.Now()
+				if err == nil {
+					p.calls++
+				}
 				if due.Before(measured) || (shape.rate == 0 && done.After(end)) {
 					continue
 				}

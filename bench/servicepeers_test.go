@@ -16,6 +16,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -36,7 +37,7 @@ const (
 const (
 	peakWorkers = 32   // closed loop: calls in flight
 	openWorkers = 16   // open loop: workers sharing the schedule
-	openRate    = 5000 // open loop: calls a second
+	openRate    = 5000 // open loop: calls a second (default)
 	grpcConns   = 4    // gRPC connections the workers share
 	keyCount    = 1000 // distinct keys, each at 1000/s: the load never reaches a key's limit
 )
@@ -73,13 +74,19 @@ descriptors:
 // run's measured time, after a second's warm-up; SLUICE_PEERS_ROUNDS
 // (default 2) the rounds; SLUICE_PEERS_RATE (default 5000) the open loop's
 // calls a second.
+//
+// On Linux the table also gives, over the peak runs, the CPU time per
+// decision of the server, of redis-server (INFO cpu; for the rows that use
+// it) and of this process (the load): steadier than decisions/s when the
+// machine's cores are shared, and the server's and Redis's part free of the
+// load generator's, which costs more per call over gRPC than over HTTP.
 func TestServiceVsPeers(t *testing.T) {
 	if os.Getenv("SLUICE_PEERS") == "" {
 		t.Skip("set SLUICE_PEERS=1 to run (builds sluice and installs envoyproxy/ratelimit and gubernator, starts redis-server; takes minutes)")
 	}
 	secs := envInt(t, "SLUICE_PEERS_SECS", 10)
 	rounds := envInt(t, "SLUICE_PEERS_ROUNDS", 2)
-	rate := envInt(t, "SLUICE_PEERS_RATE", 5000)
+	rate := envInt(t, "SLUICE_PEERS_RATE", openRate)
 	keys := make([]string, keyCount)
 	for i := range keys {
 		keys[i] = "k" + strconv.Itoa(i)
@@ -89,6 +96,8 @@ func TestServiceVsPeers(t *testing.T) {
 	open.rate = float64(rate)
 
 	rds := redistest.Start(t)
+	raw := redis.NewClient(&redis.Options{Addr: rds.Addr()}) // INFO cpu
+	defer raw.Close()
 	work := t.TempDir()
 	sluice := buildSluice(t, work)
 	envoyRL := peerBinary(t, "service_cmd", envoyRatelimitPkg, envoyRatelimitVersion)
@@ -131,8 +140,11 @@ func TestServiceVsPeers(t *testing.T) {
 		c := startChild(t, "sluice-"+store, sluice, []string{"serve", "-addr", httpAddr, "-grpc", grpcAddr,
 			"-config", rules, "-store", st, "-rate", "1000", "-burst", "1000", "-limits", "check=5:5"}, nil)
 		c.waitHealthy(t, "http://"+httpAddr+"/healthz")
-		grpcRow(&serviceRow{server: "sluice serve -grpc -config", api: "gRPC ShouldRateLimit", store: store}, grpcAddr, rls)
+		pid := c.cmd.Process.Pid
+		grpcRow(&serviceRow{server: "sluice serve -grpc -config", api: "gRPC ShouldRateLimit", store: store,
+			pid: pid, redis: store == "redis"}, grpcAddr, rls)
 		rows = append(rows, &serviceRow{server: "sluice serve", api: "HTTP /allow", store: store,
+			pid: pid, redis: store == "redis",
 			newDeciders: func(workers int) ([]decider, func()) { return httpDeciders(httpAddr, workers) },
 			check:       &fixedKeyDecider{d: &httpDecider{addr: httpAddr}, key: "check"}})
 	}
@@ -152,7 +164,8 @@ func TestServiceVsPeers(t *testing.T) {
 			"RUNTIME_ROOT=" + filepath.Join(work, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		})
 		c.waitHealthy(t, "http://"+httpAddr+"/healthcheck")
-		grpcRow(&serviceRow{server: "envoyproxy/ratelimit", api: "gRPC ShouldRateLimit", store: "redis"}, grpcAddr, rls)
+		grpcRow(&serviceRow{server: "envoyproxy/ratelimit", api: "gRPC ShouldRateLimit", store: "redis",
+			pid: c.cmd.Process.Pid, redis: true}, grpcAddr, rls)
 	}
 
 	{
@@ -168,7 +181,8 @@ func TestServiceVsPeers(t *testing.T) {
 		c.waitHealthy(t, "http://"+httpAddr+"/v1/HealthCheck")
 		// Each request names its limit (gubernator's API): the rules' 1000/s
 		// for the load, 5/s for the check.
-		grpcRow(&serviceRow{server: "gubernator " + gubernatorVersion, api: "gRPC GetRateLimits", store: "memory"}, grpcAddr,
+		grpcRow(&serviceRow{server: "gubernator " + gubernatorVersion, api: "gRPC GetRateLimits", store: "memory",
+			pid: c.cmd.Process.Pid}, grpcAddr,
 			func(cc *grpc.ClientConn, check bool) decider {
 				if check {
 					return gubernatorDecider{cc: cc, limit: 5}
@@ -189,11 +203,13 @@ func TestServiceVsPeers(t *testing.T) {
 		}{{"peak", peak, peakWorkers}, {strconv.Itoa(rate) + "/s", open, openWorkers}} {
 			for _, row := range rows {
 				ds, done := row.newDeciders(run.workers)
+				server0, redis0, load0 := processCPU(row.pid), redisCPU(t, raw), cpuTime()
 				r := runLoad(ds, run.shape)
+				cpuServer, cpuRedis, cpuLoad := processCPU(row.pid)-server0, redisCPU(t, raw)-redis0, cpuTime()-load0
 				done()
-				t.Logf("round %d, %s, %s: %.0f decisions/s, p50 %v, p99 %v, sent late %.1f%%; allowed %d, denied %d, errors %d; load average %s",
+				t.Logf("round %d, %s, %s: %.0f decisions/s, p50 %v, p99 %v, sent late %.1f%%; allowed %d, denied %d, errors %d; CPU per call: server %v, redis-server %v, load %v; load average %s",
 					round, row.name(), run.name, r.decisionsPerSec(), r.quantile(0.5), r.quantile(0.99), 100*r.lateShare(),
-					r.allowed, r.denied, r.bad, loadAverage())
+					r.allowed, r.denied, r.bad, perCall(cpuServer, r.calls), perCall(cpuRedis, r.calls), perCall(cpuLoad, r.calls), loadAverage())
 				if run.shape.rate == 0 { // an open loop that fell behind may have sent nothing in time: its row says so
 					require.NotZero(t, r.allowed, "%s: no decisions", row.name())
 				}
@@ -203,6 +219,11 @@ func TestServiceVsPeers(t *testing.T) {
 					row.open.add(r)
 				} else {
 					row.peak.add(r)
+					row.serverCPU += cpuServer
+					if row.redis {
+						row.redisCPU += cpuRedis
+					}
+					row.loadCPU += cpuLoad
 				}
 			}
 		}
@@ -220,7 +241,20 @@ type serviceRow struct {
 	server, api, store string
 	newDeciders        func(workers int) ([]decider, func())
 	check              decider // asks about a key limited to 5/s
+	pid                int     // the server's process
+	redis              bool    // whether it keeps its state in the redis-server
 	peak, open         loadResult
+	// CPU time over the peak runs (warm-up included, as peak.calls is) of
+	// the server, of redis-server, and of this process (the load).
+	serverCPU, redisCPU, loadCPU time.Duration
+}
+
+// perCall is cpu spread over calls, or 0 when either is unknown.
+func perCall(cpu time.Duration, calls int) time.Duration {
+	if cpu <= 0 || calls <= 0 {
+		return 0
+	}
+	return cpu / time.Duration(calls)
 }
 
 func (r *serviceRow) name() string { return r.server + ", " + r.api + ", " + r.store }
@@ -242,12 +276,14 @@ func serviceTable(rows []*serviceRow, secs, rounds, rate int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%d keys; peak: closed loop, %d calls in flight; %d/s: open loop, %d workers, latency from each call's intended send time; %d round(s) of %d s per run\n\n",
 		keyCount, peakWorkers, rate, openWorkers, rounds, secs)
-	fmt.Fprintf(&b, "| server | API | store | peak, decisions/s | %d/s: decisions/s | p50 | p99 | sent late |\n", rate)
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| server | API | store | peak, decisions/s | server CPU / decision | redis-server CPU / decision | load CPU / decision | %d/s: decisions/s | p50 | p99 | sent late |\n", rate)
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %.1f%% |\n", r.server, r.api, r.store,
-			thousands(r.peak.decisionsPerSec()), thousands(r.open.decisionsPerSec()),
-			millis(r.open.quantile(0.5)), millis(r.open.quantile(0.99)), 100*r.open.lateShare())
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f%% |\n", r.server, r.api, r.store,
+			thousands(r.peak.decisionsPerSec()), micros(perCall(r.serverCPU, r.peak.calls)),
+			micros(perCall(r.redisCPU, r.peak.calls)), micros(perCall(r.loadCPU, r.peak.calls)),
+			thousands(r.open.decisionsPerSec()), millis(r.open.quantile(0.5)), millis(r.open.quantile(0.99)),
+			100*r.open.lateShare())
 	}
 	find := func(server, api, store string) *serviceRow {
 		for _, r := range rows {
@@ -270,13 +306,19 @@ func serviceTable(rows []*serviceRow, secs, rounds, rate int) string {
 		{"sluice HTTP, redis ÷ HTTP, memory",
 			find("sluice serve", "HTTP", "redis"), find("sluice serve", "HTTP", "memory")},
 	}
-	b.WriteString("\n| peak decisions/s, same run | ratio |\n|---|---|\n")
+	// Server and redis-server CPU per decision together: what a decision
+	// costs the machine, apart from the load generator's share of it.
+	cost := func(r *serviceRow) float64 { return float64(perCall(r.serverCPU+r.redisCPU, r.peak.calls)) }
+	b.WriteString("\n| same run, peak | decisions/s ratio | server + redis-server CPU per decision ratio |\n|---|---|---|\n")
 	for _, r := range ratios {
-		v := "-"
+		v, c := "-", "-"
 		if r.num != nil && r.den != nil {
 			v = fmt.Sprintf("%.2f", r.num.peak.decisionsPerSec()/r.den.peak.decisionsPerSec())
+			if cost(r.num) > 0 && cost(r.den) > 0 {
+				c = fmt.Sprintf("%.2f", cost(r.num)/cost(r.den))
+			}
 		}
-		fmt.Fprintf(&b, "| %s | %s |\n", r.what, v)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.what, v, c)
 	}
 	return b.String()
 }
@@ -287,6 +329,13 @@ func thousands(v float64) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+func micros(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 }
 
 func millis(d time.Duration) string {
