@@ -94,6 +94,12 @@ func (g gubernatorDecider) decide(ctx context.Context, key string) (bool, error)
 	if err := g.cc.Invoke(ctx, "/pb.gubernator.V1/GetRateLimits", &req, &resp, grpc.ForceCodec(rawCodec{})); err != nil {
 		return false, err
 	}
+	return gubernatorAllowed(resp)
+}
+
+// gubernatorAllowed reads a GetRateLimitsResp of one response: allowed
+// (UNDER_LIMIT), denied (OVER_LIMIT), or the error it carries.
+func gubernatorAllowed(resp []byte) (bool, error) {
 	var first []byte
 	found := false
 	if err := eachField(resp, func(num protowire.Number, _ uint64, b []byte) {
