@@ -35,8 +35,10 @@ const (
 
 // The load: the same for every server.
 const (
-	peakWorkers = 32   // closed loop: calls in flight
-	openWorkers = 16   // open loop: workers sharing the schedule
+	peakWorkers = 32 // closed loop: calls in flight
+	// Open loop: workers sharing the schedule, enough that the loop's own
+	// concurrency does not hold back a server answering in a few ms.
+	openWorkers = 64
 	openRate    = 5000 // open loop: calls a second (default)
 	grpcConns   = 4    // gRPC connections the workers share
 	keyCount    = 1000 // distinct keys, each at 1000/s: the load never reaches a key's limit
@@ -67,7 +69,7 @@ descriptors:
 // Every server runs from the start, idle but for the row being measured;
 // each checks first that it decides, then the rounds run: in each, every
 // row's peak (closed loop, 32 calls in flight), then every row's open loop
-// (5000 calls/s from 16 workers), so a drift in the machine's load hits
+// (5000 calls/s from 64 workers), so a drift in the machine's load hits
 // every row alike. A row's figures pool its rounds. The load is 1000 keys
 // that never reach their limit, so every decision must be an allow and any
 // error or denial fails the test. SLUICE_PEERS_SECS (default 10) is each
