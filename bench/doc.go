@@ -7,5 +7,12 @@
 //
 //	cd bench && go test -run '^$' -bench . -count 5 -benchmem .
 //
+// TestServiceVsPeers, opt-in as it takes minutes, compares the service,
+// `sluice serve`, with envoyproxy/ratelimit and gubernator on loopback, all
+// driven by one load loop (it builds sluice, installs the peers with go
+// install and starts a redis-server):
+//
+//	SLUICE_PEERS=1 go test -run TestServiceVsPeers -v -count=1 -timeout 30m ./bench
+//
 // docs/benchmarks.md gives each figure with the command that reproduces it.
 package bench

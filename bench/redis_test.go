@@ -163,7 +163,7 @@ var usedCPU = regexp.MustCompile(`used_cpu_(?:sys|user):([\d.]+)`)
 
 // redisCPU is the CPU time redis-server has used (INFO cpu: its system and
 // user time, main thread and others).
-func redisCPU(b *testing.B, raw *redis.Client) time.Duration {
+func redisCPU(b testing.TB, raw *redis.Client) time.Duration {
 	info, err := raw.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)

@@ -37,4 +37,7 @@ run outage go test -count=1 -run TestRedisOutageCostsMilliseconds -v ./cmd/sluic
 # Decisions per second and p50/p99 over gRPC against the HTTP API, same serve.
 run grpc env SLUICE_MEASURE=1 SLUICE_MEASURE_SECS=5 SLUICE_MEASURE_STORES=memory,shm,redis \
   go test -count=1 -run MeasureGRPCvsHTTP -v -timeout 10m ./cmd/sluice
+# sluice serve against envoyproxy/ratelimit and gubernator, one load loop
+# for all, from the bench module (installs the peers on its first run).
+run service-peers env SLUICE_PEERS=1 go test -run TestServiceVsPeers -v -count=1 -timeout 30m ./bench
 date -u '+done: %Y-%m-%d %H:%M UTC' | tee -a "$out/machine.txt"
