@@ -32,9 +32,7 @@ func TestRedisHotKeyMatchesSequentialReplay(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		srv := redistest.StartCluster(t)
-		s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		s := openCluster(t, srv)
 		hotKeyOracle(t, s, srv.Addr())
 	})
 }

@@ -29,9 +29,7 @@ func TestRedisDistinctKeysShareScriptCalls(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		srv := redistest.StartCluster(t)
-		s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		s := openCluster(t, srv)
 		// Key("tag}g3") is "sluice:{tag}g3}", whose hash tag is "tag": one slot.
 		distinctKeys(t, s, srv.Addr(), "tag}g")
 	})
@@ -91,9 +89,7 @@ func TestRedisManyKeysMatchSequentialReplay(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		srv := redistest.StartCluster(t)
-		s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
+		s := openCluster(t, srv)
 		manyKeysOracle(t, s, srv.Addr(), 2)
 	})
 }

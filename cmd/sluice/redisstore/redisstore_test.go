@@ -27,6 +27,14 @@ func open(t *testing.T, url string) *redisstore.Store {
 	return s
 }
 
+// openCluster opens a store on the test cluster srv, closed when t ends.
+func openCluster(t *testing.T, srv *redistest.Server) *redisstore.Store {
+	s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func TestRedisConformance(t *testing.T) {
 	srv := redistest.Start(t)
 	s := open(t, srv.URL())
@@ -159,10 +167,7 @@ func BenchmarkRedisAllow(b *testing.B) {
 }
 
 func TestRedisClusterConformance(t *testing.T) {
-	srv := redistest.StartCluster(t)
-	s, err := redisstore.OpenCluster("rediscluster://" + srv.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	s := openCluster(t, redistest.StartCluster(t))
 	storetest.Run(t, func(t *testing.T) store.Store { return s })
 }
 
