@@ -41,14 +41,8 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 	if os.Getenv("SLUICE_MEASURE") == "" {
 		t.Skip("set SLUICE_MEASURE=1 to measure")
 	}
-	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
-	if secs <= 0 {
-		secs = 5
-	}
-	stores := os.Getenv("SLUICE_MEASURE_STORES")
-	if stores == "" {
-		stores = "memory,shm"
-	}
+	secs := envInt("SLUICE_MEASURE_SECS", 5)
+	stores := envOr("SLUICE_MEASURE_STORES", "memory,shm")
 	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	// Every key its own bucket of 1000/s: nearly every decision is "allowed",
 	// so both APIs do the same work per request.
@@ -208,18 +202,9 @@ func TestMeasureGRPCAB(t *testing.T) {
 	if len(bins) != 2 {
 		t.Skip("set SLUICE_MEASURE_AB=binaryA,binaryB to measure")
 	}
-	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
-	if secs <= 0 {
-		secs = 3
-	}
-	passes, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_PASSES"))
-	if passes <= 0 {
-		passes = 5
-	}
-	stores := os.Getenv("SLUICE_MEASURE_STORES")
-	if stores == "" {
-		stores = "memory"
-	}
+	secs := envInt("SLUICE_MEASURE_SECS", 3)
+	passes := envInt("SLUICE_MEASURE_PASSES", 5)
+	stores := envOr("SLUICE_MEASURE_STORES", "memory")
 	grpcGo := os.Getenv("SLUICE_MEASURE_CLIENT") == "grpc-go"
 	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
@@ -284,4 +269,21 @@ func TestMeasureGRPCAB(t *testing.T) {
 			require.Equal(t, 0, s.stop(t))
 		}
 	}
+}
+
+// envInt is the positive integer in the environment variable name, or def
+// when it is unset or not one: the measuring tests' knobs.
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// envOr is the environment variable name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

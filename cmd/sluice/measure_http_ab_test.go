@@ -34,18 +34,9 @@ func TestMeasureHTTPAB(t *testing.T) {
 	if len(bins) != 2 {
 		t.Skip("set SLUICE_MEASURE_AB=binaryA,binaryB to measure")
 	}
-	secs, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_SECS"))
-	if secs <= 0 {
-		secs = 3
-	}
-	passes, _ := strconv.Atoi(os.Getenv("SLUICE_MEASURE_PASSES"))
-	if passes <= 0 {
-		passes = 5
-	}
-	stores := os.Getenv("SLUICE_MEASURE_STORES")
-	if stores == "" {
-		stores = "redis"
-	}
+	secs := envInt("SLUICE_MEASURE_SECS", 3)
+	passes := envInt("SLUICE_MEASURE_PASSES", 5)
+	stores := envOr("SLUICE_MEASURE_STORES", "redis")
 	d := time.Duration(secs) * time.Second
 	for _, st := range strings.Split(stores, ",") {
 		var srv [2]*server
