@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/loopctx"
+	"github.com/sluice-go/sluice/internal/vwake"
+	"github.com/sluice-go/sluice/vclock"
 )
 
 // Now returns the current time of ctx's clock: the loop's clock inside a
@@ -37,18 +39,24 @@ func Yield(ctx context.Context) {
 	l.park(f, nil)
 }
 
-// A sleeper is the Waiter of Sleep, with its wake callback bound once and
-// its timer kept for the next Sleep, so a Sleep allocates nothing in the
-// steady state. Each fiber keeps the one its first Sleep made (Fiber.sleep),
-// on its loop's clock. Why not a sync.Pool: a fiber that wakes then finds
-// its own sleeper, not the last one another fiber returned, which with 100k
-// fibers asleep is out of cache. Why not a field of Fiber by value: every
-// fiber would carry it, sleeping or not, and fibers that never sleep run
-// measurably slower for the larger fiber.
+// A sleeper is the Waiter of Sleep, with its timer kept for the next Sleep,
+// so a Sleep allocates nothing in the steady state. Each fiber keeps the one
+// its first Sleep made (Fiber.sleep), on its loop's clock. Why not a
+// sync.Pool: a fiber that wakes then finds its own sleeper, not the last one
+// another fiber returned, which with 100k fibers asleep is out of cache. Why
+// not a field of Fiber by value: every fiber would carry it, sleeping or
+// not, and fibers that never sleep run measurably slower for the larger
+// fiber.
+//
+// Under a virtual clock the timer is vt, in the sleeper itself, and its fire
+// calls w.Wake directly (vwake.Bind): a wake touches one object next to the
+// heap entry, not a timer, a callback and a waiter apart, each a cache miss
+// with 100k fibers asleep. Under real time it is timer, calling wake.
 type sleeper struct {
-	timer loopctx.Timer // on the fiber's loop's clock, the only one it sleeps on
-	wake  func()
 	w     Waiter
+	vt    vclock.Timer  // virtual clock: bound to w, armed by Reset
+	timer loopctx.Timer // real time: on the loop's clock, calls wake
+	wake  func()
 }
 
 // Sleep pauses the caller for d on ctx's clock and returns nil, or returns
@@ -85,13 +93,20 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	if s == nil {
 		s = &sleeper{}
 		s.w.Reason = "sched.Sleep"
-		s.wake = func() { s.w.Wake() }
+		if l.virtual != nil {
+			vwake.Bind(&s.vt, l.virtual, &s.w)
+		} else {
+			s.wake = func() { s.w.Wake() }
+		}
 		f.sleep = s
 	}
 	s.w.Prepare(ctx)
-	if s.timer != nil {
+	switch {
+	case l.virtual != nil:
+		s.vt.Reset(d) // arms it as AfterFunc would: same order, same ties
+	case s.timer != nil:
 		s.timer.Reset(d)
-	} else {
+	default:
 		s.timer = l.clock.AfterFunc(d, s.wake)
 	}
 	if c, ok := ctx.(*loopCtx); ok && c.neverDone {
@@ -102,12 +117,20 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 	err := s.w.Wait(ctx)
-	if err != nil && !s.timer.Stop() {
+	if err != nil && !s.stop(l) {
 		// The timer is firing on another goroutine and will call Wake on
 		// this Waiter: never reuse it.
 		f.sleep = nil
 	}
 	return err
+}
+
+// stop disarms s's timer, reporting whether it was armed.
+func (s *sleeper) stop(l *loop) bool {
+	if l.virtual != nil {
+		return s.vt.Stop()
+	}
+	return s.timer.Stop()
 }
 
 // Advance moves the virtual time of ctx's loop forward by d, step by step:

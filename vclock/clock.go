@@ -185,9 +185,13 @@ func (c *Clock) fireNext(limit time.Duration) bool {
 	if t.when > c.now {
 		c.now = t.when
 	}
-	f := t.f
+	f, w := t.f, t.w
 	c.mu.Unlock()
-	f()
+	if w != nil {
+		w.Wake()
+	} else {
+		f()
+	}
 	return true
 }
 

@@ -1,12 +1,26 @@
 package vclock
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-go/sluice/internal/vwake"
+)
+
+// Why a hook and not an exported function: a timer that wakes a waiter
+// directly is sched's need, not one of this package's users.
+func init() {
+	vwake.Bind = func(t, c any, w vwake.Waker) {
+		tt := t.(*Timer)
+		tt.c, tt.w = c.(*Clock), w
+	}
+}
 
 // A Timer is a callback armed on a Clock by AfterFunc. Its methods are safe
 // for concurrent use, including from inside any timer's callback.
 type Timer struct {
 	c *Clock
 	f func()
+	w vwake.Waker // instead of f, for a timer bound by vwake.Bind
 
 	// Guarded by c.mu.
 	when  time.Duration // deadline as an offset from c.base
