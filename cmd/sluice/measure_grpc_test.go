@@ -254,17 +254,7 @@ func TestMeasureGRPCAB(t *testing.T) {
 				t.Logf("%s pass %d %s: %.0f decisions/s, server CPU %.1fµs per decision", st, p+1, "AB"[i:i+1], r, float64(c)/1e3)
 			}
 		}
-		med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
-		// Why the ratios of each pass too: on shared cores the load
-		// changes from pass to pass, and both sides of a pass see about
-		// the same.
-		var rr, cr []float64
-		for p := range passes {
-			rr = append(rr, rate[1][p]/rate[0][p])
-			cr = append(cr, cpu[1][p]/cpu[0][p])
-		}
-		t.Logf("%s median A: %.0f decisions/s, %.1fµs; B: %.0f decisions/s, %.1fµs; B ÷ A: decisions/s %.3f, server CPU per decision %.3f; median of the passes' B ÷ A: %.3f, %.3f",
-			st, med(rate[0]), med(cpu[0]), med(rate[1]), med(cpu[1]), med(rate[1])/med(rate[0]), med(cpu[1])/med(cpu[0]), med(rr), med(cr))
+		logAB(t, st, rate, cpu)
 		for _, s := range srv {
 			require.Equal(t, 0, s.stop(t))
 		}
@@ -286,4 +276,19 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// logAB logs an A/B's medians of decisions/s and server CPU per decision
+// (µs) for binaries A and B, one sample per pass in rate and cpu, and
+// their B ÷ A. Why the ratios of each pass too: on shared cores the load
+// changes from pass to pass, and both sides of a pass see about the same.
+func logAB(t *testing.T, store string, rate, cpu [2][]float64) {
+	med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
+	var rr, cr []float64
+	for p := range rate[0] {
+		rr = append(rr, rate[1][p]/rate[0][p])
+		cr = append(cr, cpu[1][p]/cpu[0][p])
+	}
+	t.Logf("%s median A: %.0f decisions/s, %.1fµs; B: %.0f decisions/s, %.1fµs; B ÷ A: decisions/s %.3f, server CPU per decision %.3f; median of the passes' B ÷ A: %.3f, %.3f",
+		store, med(rate[0]), med(cpu[0]), med(rate[1]), med(cpu[1]), med(rate[1])/med(rate[0]), med(cpu[1])/med(cpu[0]), med(rr), med(cr))
 }

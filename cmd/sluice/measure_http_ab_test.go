@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -83,14 +82,7 @@ func TestMeasureHTTPAB(t *testing.T) {
 					st, p+1, "AB"[i:i+1], h.Throughput(), h.Status, float64(c)/1e3, perCall)
 			}
 		}
-		med := func(x []float64) float64 { x = slices.Clone(x); slices.Sort(x); return x[len(x)/2] }
-		var rr, cr []float64
-		for p := range passes {
-			rr = append(rr, rate[1][p]/rate[0][p])
-			cr = append(cr, cpu[1][p]/cpu[0][p])
-		}
-		t.Logf("%s median A: %.0f decisions/s, %.1fµs; B: %.0f decisions/s, %.1fµs; B ÷ A: decisions/s %.3f, server CPU per decision %.3f; median of the passes' B ÷ A: %.3f, %.3f",
-			st, med(rate[0]), med(cpu[0]), med(rate[1]), med(cpu[1]), med(rate[1])/med(rate[0]), med(cpu[1])/med(cpu[0]), med(rr), med(cr))
+		logAB(t, st, rate, cpu)
 		for _, s := range srv {
 			require.Equal(t, 0, s.stop(t))
 		}
