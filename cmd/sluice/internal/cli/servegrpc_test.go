@@ -39,19 +39,8 @@ func goroutinesCreated() uint64 {
 func TestGRPCCallsReuseGoroutines(t *testing.T) {
 	c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 1000, Burst: 1000},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer c.Store.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
-			cli.WithGRPC("127.0.0.1:0", func(a net.Addr) { addr <- a.String() }))
-	}()
-	defer func() { cancel(); require.NoError(t, <-done) }()
-	cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer cc.Close()
-	client := rlsv3.NewRateLimitServiceClient(cc)
+	t.Cleanup(func() { c.Store.Close() })
+	client := startGRPC(t, c)
 	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
 	call := func() {
@@ -93,19 +82,8 @@ func TestGRPCConcurrentCallsReuseGoroutines(t *testing.T) {
 	g := &gate{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
 	c := service.Config{Store: g, Default: store.Policy{Rate: 1000, Burst: 1000}, Rules: rc,
 		StoreTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	defer g.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
-			cli.WithGRPC("127.0.0.1:0", func(a net.Addr) { addr <- a.String() }))
-	}()
-	defer func() { cancel(); require.NoError(t, <-done) }()
-	cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	defer cc.Close()
-	client := rlsv3.NewRateLimitServiceClient(cc)
+	t.Cleanup(func() { g.Close() })
+	client := startGRPC(t, c)
 	// Callers started up front, so that the goroutines counted below are
 	// the server's.
 	const inFlight, rounds = 32, 10
@@ -145,4 +123,22 @@ func TestGRPCConcurrentCallsReuseGoroutines(t *testing.T) {
 	// Without a worker free, each call starts one; a few may start for
 	// other reasons (the runtime's, the transport's).
 	assert.Less(t, goroutinesCreated()-before, uint64(inFlight*rounds/4))
+}
+
+// startGRPC runs a server of c with the gRPC API on loopback until t ends
+// (then it must stop cleanly) and returns an RLS client of it. Register the
+// store's Close before: cleanups run last first.
+func startGRPC(t *testing.T, c service.Config) rlsv3.RateLimitServiceClient {
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
+			cli.WithGRPC("127.0.0.1:0", func(a net.Addr) { addr <- a.String() }))
+	}()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+	cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { cc.Close() })
+	return rlsv3.NewRateLimitServiceClient(cc)
 }
