@@ -32,7 +32,10 @@ import (
 // does a second round trip start at once. Either way, a goroutine sends
 // batches until the queue is empty; its pipelines carry no caller's
 // context, and each caller waits for its reply or its own context,
-// whichever comes first.
+// whichever comes first, or on a store from Open or OpenCluster for the
+// store's timeout from the call's start (see watch), so that a caller
+// queued behind a stalled round trip is not held for that one's timeout
+// and then its own.
 
 // maxFlushers bounds the pipelines in flight at once, each on its own
 // connection. Two keep Redis busy while the client side encodes the next
@@ -107,6 +110,7 @@ type pipeline struct {
 	waits   []wait      // watched calls, oldest (so earliest deadline) first; guarded by mu
 	head    int         // waits[:head] are gone; guarded by mu
 	armed   bool        // timer is set (or running expire); guarded by mu
+	stopped bool        // stop was called: the timer is not set again; guarded by mu
 }
 
 // wait is one use of a call waiting on a shared round trip, and its
@@ -133,8 +137,12 @@ func (p *pipeline) init(timeout time.Duration) {
 	p.timer.Stop()
 }
 
-// stop stops p's timer (Close).
+// stop stops p's timer for good (Close): calls still waiting then end
+// with the closed client's error.
 func (p *pipeline) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
 	if p.timer != nil {
 		p.timer.Stop()
 	}
@@ -223,7 +231,7 @@ func (p *pipeline) watch(c *call) {
 		p.waits, p.head = p.waits[:n], 0
 	}
 	p.waits = append(p.waits, wait{c: c, seq: c.seq, at: monotime.Now() + int64(p.timeout)})
-	if !p.armed {
+	if !p.armed && !p.stopped {
 		p.armed = true
 		p.timer.Reset(p.timeout)
 	}
@@ -240,7 +248,9 @@ func (p *pipeline) expire() {
 		w := &p.waits[p.head]
 		if !w.over() {
 			if w.at > now {
-				p.timer.Reset(time.Duration(w.at - now))
+				if !p.stopped {
+					p.timer.Reset(time.Duration(w.at - now))
+				}
 				return
 			}
 			if w.c.state.CompareAndSwap(waiting, expired) {
