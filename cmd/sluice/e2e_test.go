@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -309,6 +310,60 @@ func TestRedisKilledMidRun(t *testing.T) {
 			assert.Equal(t, 0, s.stop(t))
 			assert.Contains(t, s.logs.String(), "store failing")
 			assert.Contains(t, s.logs.String(), "store recovered")
+		})
+	}
+}
+
+// -store-timeout bounds each decision as its caller sees it when Redis
+// accepts connections and never answers: concurrent requests (some queued
+// behind another's round trip) each get the fail mode's answer within the
+// bound, not after the client's read timeout and then their own.
+func TestSilentRedisAnswersWithinStoreTimeout(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	for _, mode := range []string{"open", "closed"} {
+		t.Run(mode, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var conns []net.Conn
+			wg.Go(func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					mu.Lock()
+					conns = append(conns, c)
+					mu.Unlock()
+					wg.Go(func() { _, _ = io.Copy(io.Discard, c) }) // reads, never answers
+				}
+			})
+			t.Cleanup(func() {
+				_ = ln.Close()
+				mu.Lock()
+				for _, c := range conns {
+					_ = c.Close()
+				}
+				mu.Unlock()
+				wg.Wait()
+			})
+			s := serve(t, "-store", "redis://"+ln.Addr().String()+"/0", "-fail", mode, "-store-timeout", bound.String())
+			want := map[string]int{"open": 200, "closed": 429}[mode]
+			const n = 8
+			var reqs sync.WaitGroup
+			for range n {
+				reqs.Go(func() {
+					start := time.Now()
+					r := get(t, s.URL+"/allow?key=k")
+					took := time.Since(start)
+					assert.Equal(t, want, r.status, r.body)
+					assert.Contains(t, r.body, "store unavailable")
+					assert.Less(t, took, bound+bound/2, "within -store-timeout")
+				})
+			}
+			reqs.Wait()
+			assert.Equal(t, 0, s.stop(t))
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -60,7 +61,10 @@ type Config struct {
 	Store store.Store
 	// Timeout bounds each store call; zero or negative means no bound. An
 	// in-process store (the memory and shm stores: inprocess.Is) is never bounded: it does not wait, and a
-	// context.WithTimeout would cost a timer per request for nothing.
+	// context.WithTimeout would cost a timer per request for nothing. Nor
+	// is a store that bounds each call itself within Timeout
+	// (selfbound.Of, such as the Redis store): its bound is tighter, and
+	// cheaper than a context per call.
 	Timeout  time.Duration
 	FailOpen bool // a failed store's requests are allowed
 	Timed    bool // measure Decision.Latency (two monotonic clock reads)
@@ -80,6 +84,9 @@ type Gate struct {
 func New(c Config) *Gate {
 	g := &Gate{store: c.Store, timeout: max(c.Timeout, 0), failOpen: c.FailOpen, timed: c.Timed}
 	if inprocess.Is(c.Store) {
+		g.timeout = 0
+	}
+	if b := selfbound.Of(c.Store); b > 0 && b <= g.timeout {
 		g.timeout = 0
 	}
 	return g

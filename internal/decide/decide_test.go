@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluice-go/sluice/internal/decide"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -94,6 +95,41 @@ func TestInProcessStoreIsNotBounded(t *testing.T) {
 	assert.True(t, d.Allowed)
 	assert.Positive(t, d.Latency, "Timed measures the call")
 	assert.Zero(t, allow(g, t.Context(), 1).Allowed, "the burst is spent")
+}
+
+type selfBound = selfbound.Marker
+
+// boundedStore is a fakeStore that promises to bound each call itself.
+type boundedStore struct {
+	selfBound
+	*fakeStore
+}
+
+// A store that bounds its own calls within the timeout gets no context
+// deadline from the gate (its bound is the tighter); one whose bound is
+// looser, or that promises none, does; and so does one behind a breaker,
+// which the gate looks through.
+func TestSelfBoundStoreWithinTimeoutIsNotBounded(t *testing.T) {
+	for _, c := range []struct {
+		bound, timeout time.Duration
+		deadline       bool
+	}{
+		{250 * time.Millisecond, 250 * time.Millisecond, false},
+		{100 * time.Millisecond, time.Second, false},
+		{time.Second, 250 * time.Millisecond, true},
+		{0, time.Second, true},
+	} {
+		f := &boundedStore{fakeStore: &fakeStore{}}
+		selfbound.Set(&f.selfBound, c.bound)
+		br := store.NewBreaker(f, store.BreakerOptions{})
+		for _, s := range []store.Store{f, br} {
+			g := decide.New(decide.Config{Store: s, Timeout: c.timeout, Timed: true})
+			d := allow(g, t.Context(), 1)
+			require.Equal(t, decide.Decided, d.Outcome)
+			assert.Equal(t, c.deadline, f.hadDeadline, "bound %v, timeout %v, %T", c.bound, c.timeout, s)
+		}
+		require.NoError(t, br.Close())
+	}
 }
 
 // TestAllowAllocs: the gate adds no allocation to a decision over an

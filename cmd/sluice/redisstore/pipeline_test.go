@@ -135,6 +135,59 @@ func TestRedisCallerContextEndsAlone(t *testing.T) {
 	require.NoError(t, <-other, "the other call's round trip was not cut short")
 }
 
+// The timeout bounds each call from its start, also one that waits on a
+// shared round trip, with no deadline in its context (decide.Gate gives
+// none to a store that bounds itself): with Redis's replies held back, a
+// call queued behind a stalled round trip returns a timeout error within
+// the bound, not after that round trip's read timeout and then its own.
+// Once Redis answers again, calls are answered (no call state is left
+// behind by the expired ones).
+func TestRedisTimeoutBoundsQueuedCalls(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	srv := redistest.Start(t)
+	proxy := newStallProxy(t, srv.Addr())
+	s, err := redisstore.Open("redis://"+proxy.ln.Addr().String()+"/0", redisstore.WithTimeout(bound))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 100}
+	_, err = s.Allow(ctx, "k", 1, p) // loads the script, warms the connection
+	require.NoError(t, err)
+
+	proxy.setStalled(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Allow(ctx, "k", 1, p)
+		first <- err
+	}()
+	<-proxy.held // the first call is in flight, its reply held back
+	const queued = 4
+	took := make(chan time.Duration, queued)
+	errs := make(chan error, queued)
+	for range queued {
+		go func() {
+			start := time.Now()
+			_, err := s.Allow(ctx, "k", 1, p)
+			took <- time.Since(start)
+			errs <- err
+		}()
+	}
+	for range queued {
+		d, err := <-took, <-errs
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.GreaterOrEqual(t, d, bound)
+		// Without the bound: the first call's read timeout (up to one
+		// bound), then the queued calls' own round trip (one more).
+		assert.Less(t, d, bound+bound/2, "within the bound, not after two round trips' timeouts")
+	}
+	require.Error(t, <-first, "the stalled round trip times out")
+	proxy.setStalled(false)
+	for i := range 3 {
+		_, err := s.Allow(ctx, "k", 1, p)
+		require.NoError(t, err, i)
+	}
+}
+
 // Under steady concurrency calls share round trips and few go out alone:
 // 16 goroutines calling without pause over 1000 keys (BenchmarkRedis's 16g
 // row) make at least 8 calls per round trip, at most one call in 50

@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-go/sluice/internal/gcra"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -49,9 +50,14 @@ const KeyPrefix = "sluice:"
 // Store is a store.Store over a go-redis client (single node, Sentinel
 // failover or Cluster). Safe for concurrent use; the zero value is not usable
 // (use Open, OpenCluster or New). Allow blocks for one round trip, bounded by
-// ctx and the client's timeouts; when ctx ends first it returns an error and
-// the decision may or may not have been applied.
+// ctx and the client's timeouts, and on a store from Open or OpenCluster by
+// the timeout (WithTimeout) from the call's start, its wait for a shared
+// round trip included; when ctx ends or the bound passes first it returns an
+// error and the decision may or may not have been applied.
 type Store struct {
+	// Why: internal/decide's Gate then skips its per-call context (see
+	// internal/selfbound); the pipeline bounds the calls more cheaply.
+	selfBound
 	cur atomic.Pointer[conn] // the client in use; replaced by Ping (see renew)
 	// renew builds a fresh client from the options Open parsed; nil for New.
 	renew func() redis.UniversalClient
@@ -64,6 +70,8 @@ type Store struct {
 
 type conn struct{ c redis.UniversalClient }
 
+type selfBound = selfbound.Marker
+
 // DefaultTimeout bounds dialing, reading and writing when neither the URL
 // nor WithTimeout sets them.
 const DefaultTimeout = 250 * time.Millisecond
@@ -74,8 +82,10 @@ type Option func(*options)
 type options struct{ timeout time.Duration }
 
 // WithTimeout sets go-redis's dial, read and write timeouts (default
-// DefaultTimeout; `sluice serve` passes -store-timeout). A URL that sets
-// dial_timeout, read_timeout or write_timeout keeps its own value.
+// DefaultTimeout; `sluice serve` passes -store-timeout), and the bound on
+// each Allow from its start to its answer, queueing for a shared round trip
+// included. A URL that sets dial_timeout, read_timeout or write_timeout keeps
+// its own value for that setting; the bound on Allow stays d.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Open connects to the Redis a URL names ("redis://[user:pass@]HOST:PORT/DB",
@@ -98,6 +108,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 	opt.DisableIdentity = true
 	s := New(redis.NewClient(opt))
 	s.renew = func() redis.UniversalClient { return redis.NewClient(opt) }
+	s.bound(o.timeout)
 	return s, nil
 }
 
@@ -164,17 +175,25 @@ func OpenCluster(url string, opts ...Option) (*Store, error) {
 	opt.DisableIdentity = true
 	s := New(redis.NewClusterClient(opt))
 	s.renew = func() redis.UniversalClient { return redis.NewClusterClient(opt) }
+	s.bound(o.timeout)
 	return s, nil
 }
 
 // New returns a Store over c, which it owns (Close closes it). Configure c
 // with MaxRetries −1: go-redis otherwise retries after network errors, which
 // may replay a decision Redis already applied; and with DialerRetries 1 so
-// that a refused connection fails at once.
+// that a refused connection fails at once. Its Allow is bounded by ctx and
+// c's own timeouts only.
 func New(c redis.UniversalClient) *Store {
 	s := &Store{}
 	s.cur.Store(&conn{c})
 	return s
+}
+
+// bound makes each Allow return within d of its start (see pipeline.do).
+func (s *Store) bound(d time.Duration) {
+	s.pl.init(d)
+	selfbound.Set(&s.selfBound, d)
 }
 
 func (s *Store) client() redis.UniversalClient { return s.cur.Load().c }
@@ -189,9 +208,11 @@ func Key(key string) string { return KeyPrefix + "{" + key + "}" }
 // ctx's deadline and the client's timeouts; a call waiting on a round trip it
 // shares also stops waiting when ctx is cancelled (a call sent alone goes out
 // on the caller's goroutine, as a plain go-redis call does, where a cancel
-// without a deadline does not cut the read short). A ctx already ended sends
-// nothing. A timeout, a network error or an ended ctx returns an error: the
-// decision may or may not have been applied, and is not retried.
+// without a deadline does not cut the read short). On a store from Open or
+// OpenCluster it also returns within the timeout (WithTimeout) from its
+// start, with an error wrapping context.DeadlineExceeded. A ctx already ended
+// sends nothing. A timeout, a network error or an ended ctx returns an error:
+// the decision may or may not have been applied, and is not retried.
 func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Policy) (store.Result, error) {
 	if err := store.Check(cost, p); err != nil {
 		return store.Result{}, err
@@ -204,8 +225,8 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 	c := callPool.Get().(*call)
 	c.keys[0] = Key(key)
 	c.args[0], c.args[1] = inc, tau
-	if !s.pl.do(ctx, s.client, c) {
-		return store.Result{}, fmt.Errorf("redisstore: %w", ctx.Err()) // c stays the flusher's
+	if err := s.pl.do(ctx, s.client, c); err != nil {
+		return store.Result{}, fmt.Errorf("redisstore: %w", err) // c stays the flusher's
 	}
 	v, err := c.v, c.err
 	c.v, c.err = 0, nil
@@ -293,6 +314,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
+	s.pl.stop()
 	return s.client().Close()
 }
 

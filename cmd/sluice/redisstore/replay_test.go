@@ -24,6 +24,7 @@ type stallProxy struct {
 	mu      sync.Mutex
 	stalled bool
 	resume  chan struct{}
+	held    chan struct{} // receives (if empty) when a reply is held back
 	wg      sync.WaitGroup
 	conns   []net.Conn
 }
@@ -31,7 +32,7 @@ type stallProxy struct {
 func newStallProxy(t *testing.T, target string) *stallProxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &stallProxy{ln: ln, target: target, resume: make(chan struct{})}
+	p := &stallProxy{ln: ln, target: target, resume: make(chan struct{}), held: make(chan struct{}, 1)}
 	p.wg.Go(func() {
 		for {
 			c, err := ln.Accept()
@@ -56,6 +57,10 @@ func newStallProxy(t *testing.T, target string) *stallProxy {
 						stalled, resume := p.stalled, p.resume
 						p.mu.Unlock()
 						if stalled {
+							select {
+							case p.held <- struct{}{}:
+							default:
+							}
 							<-resume
 						}
 						if _, werr := c.Write(buf[:n]); werr != nil {
