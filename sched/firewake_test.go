@@ -27,6 +27,20 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 		waiters, rounds  = 8, 40
 	)
 	vc := vclock.New(time.Time{})
+	// A timer always armed that only the loop fires: when the outside
+	// goroutine has taken the last other timer and not yet woken its
+	// fiber, or a Waiter's Wake is still on its way, the idle loop fires
+	// this one meanwhile instead of reporting a deadlock (a report the
+	// outside goroutine would make false a moment later). Re-armed a
+	// second ahead each time; keeperAt is its deadline, which the outside
+	// steps never reach.
+	var keeperAt atomic.Int64
+	var keeper *vclock.Timer
+	keeperAt.Store(int64(time.Second))
+	keeper = vc.AfterFunc(time.Second, func() {
+		keeperAt.Store(int64(vc.Since(vclock.Epoch()) + time.Second))
+		keeper.Reset(time.Second)
+	})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -38,7 +52,12 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 				return
 			default:
 			}
-			vc.Advance(time.Duration(i%5) * 30 * time.Microsecond)
+			limit := vclock.Epoch().Add(time.Duration(keeperAt.Load()) - 1)
+			to := vc.Now().Add(time.Duration(i%5) * 30 * time.Microsecond)
+			if to.After(limit) {
+				to = limit
+			}
+			vc.AdvanceTo(to)
 			runtime.Gosched()
 		}
 	}()
@@ -53,15 +72,6 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 	}()
 	var slept, woken atomic.Int64
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
-		// Always a timer far ahead, that the outside steps never reach:
-		// when the outside goroutine has taken the last other timer and
-		// not yet woken its fiber, the idle loop fires this one instead
-		// of reporting a deadlock.
-		sched.Daemon(ctx, func(ctx context.Context) error {
-			for sched.Sleep(ctx, 1000*time.Hour) == nil {
-			}
-			return nil
-		})
 		var fs []*sched.Fiber
 		for j := range sleepers {
 			d := time.Duration(j%7+1) * 100 * time.Microsecond
