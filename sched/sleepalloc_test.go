@@ -13,7 +13,7 @@ import (
 // Under a virtual clock a fiber's first Sleep allocates one object, the
 // sleeper that holds its timer and its wait, and later Sleeps none: the
 // allocations of fibers that sleep, less those of fibers that yield
-// instead, are one per fiber plus the timer heap's growth (a few). A
+// instead, are one per fiber plus the timer queue's chunks (a few). A
 // sleeper with its own callback and timer would be three per fiber.
 func TestVirtualSleepAllocatesOneObjectPerFiber(t *testing.T) {
 	const fibers, sleeps = 100, 5

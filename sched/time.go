@@ -64,22 +64,19 @@ type sleeper struct {
 // virtual clock it wakes at exactly Now()+d); outside a loop it blocks the
 // goroutine on real time. Sleep(ctx, 0) yields. A negative d is an error.
 func Sleep(ctx context.Context, d time.Duration) error {
+	// Why the rare paths are functions of their own: a fiber asleep comes
+	// back through Sleep's frame on a stack gone cold, one cache miss per
+	// line of frames; with the goroutine path (a timer, a select, a defer)
+	// and the first Sleep's setup inline, Sleep's frame took 216 bytes.
 	if d < 0 {
-		return fmt.Errorf("sched: Sleep with negative duration %v", d)
+		return negativeSleep(d)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	l := nearestLoop(ctx)
 	if l == nil {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return sleepOutside(ctx, d)
 	}
 	if d == 0 {
 		Yield(ctx)
@@ -91,23 +88,13 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 	s := f.sleep
 	if s == nil {
-		s = &sleeper{}
-		s.w.Reason = "sched.Sleep"
-		if l.virtual != nil {
-			vwake.Bind(&s.vt, l.virtual, &s.w)
-		} else {
-			s.wake = func() { s.w.Wake() }
-		}
-		f.sleep = s
+		s = newSleeper(l, f)
 	}
 	s.w.Prepare(ctx)
-	switch {
-	case l.virtual != nil:
+	if l.virtual != nil {
 		s.vt.Reset(d) // arms it as AfterFunc would: same order, same ties
-	case s.timer != nil:
-		s.timer.Reset(d)
-	default:
-		s.timer = l.clock.AfterFunc(d, s.wake)
+	} else {
+		s.armReal(l, d)
 	}
 	if c, ok := ctx.(*loopCtx); ok && c.neverDone {
 		// Nothing can cancel this wait (Run stops the fiber instead), so
@@ -116,6 +103,49 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		l.park(f, &s.w)
 		return nil
 	}
+	return s.wait(ctx, l, f)
+}
+
+func negativeSleep(d time.Duration) error {
+	return fmt.Errorf("sched: Sleep with negative duration %v", d)
+}
+
+// sleepOutside is Sleep outside any loop: the goroutine blocks on real time.
+func sleepOutside(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// newSleeper makes f's sleeper, at its first Sleep, on l's clock.
+func newSleeper(l *loop, f *Fiber) *sleeper {
+	s := &sleeper{}
+	s.w.Reason = "sched.Sleep"
+	if l.virtual != nil {
+		vwake.Bind(&s.vt, l.virtual, &s.w)
+	} else {
+		s.wake = func() { s.w.Wake() }
+	}
+	f.sleep = s
+	return s
+}
+
+// armReal arms s's real-time timer for d.
+func (s *sleeper) armReal(l *loop, d time.Duration) {
+	if s.timer != nil {
+		s.timer.Reset(d)
+		return
+	}
+	s.timer = l.clock.AfterFunc(d, s.wake)
+}
+
+// wait is Sleep's wait on a context that may end first.
+func (s *sleeper) wait(ctx context.Context, l *loop, f *Fiber) error {
 	err := s.w.Wait(ctx)
 	if err != nil && !s.stop(l) {
 		// The timer is firing on another goroutine and will call Wake on

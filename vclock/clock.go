@@ -1,4 +1,4 @@
-// Package vclock is a virtual clock with a timer heap. Time moves only when
+// Package vclock is a virtual clock with a timer queue. Time moves only when
 // told to, by hand (Advance, AdvanceTo) or by a run loop (package sched) that
 // jumps to the next deadline when every fiber is parked.
 //
@@ -33,7 +33,7 @@ type Clock struct {
 	now    time.Duration // offset of the current time from base
 	seq    uint64        // creation order of timers, the tie-breaker for equal deadlines
 	ties   func() uint64 // if set, draws the order of equal deadlines (SetTieBreaker)
-	timers timerHeap     // entries, earliest (deadline, seq) first
+	timers timerQueue    // entries, earliest (deadline, seq) first
 	live   int           // armed timers; the rest of the entries are stale
 }
 
@@ -92,7 +92,7 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 		// sequence number; the count in the low half keeps each arming of
 		// a timer distinct from its stale entries (see entry.live) and
 		// breaks ties between equal draws in creation order. Packed, so
-		// that heap entries stay 24 bytes.
+		// that queue entries stay 24 bytes.
 		t.seq = c.ties()<<32 | c.seq&(1<<32-1)
 	}
 	c.live++
@@ -103,35 +103,24 @@ func (c *Clock) arm(t *Timer, d time.Duration) {
 func (c *Clock) disarm(t *Timer) {
 	t.armed = false
 	c.live--
-	if stale := len(c.timers) - c.live; stale > 64 && stale > c.live {
+	if stale := c.timers.len() - c.live; stale > 64 && stale > c.live {
 		// Sweep, so that many stopped timers (cancelled timeouts) cannot
-		// grow the heap without bound.
-		kept := c.timers[:0]
-		for _, e := range c.timers {
-			if e.live() {
-				kept = append(kept, e)
-			}
-		}
-		clear(c.timers[len(kept):])
-		c.timers = kept
-		c.timers.heapify()
+		// grow the queue without bound.
+		c.timers.filter(entry.live)
 	}
 }
 
 // top returns the earliest live entry, dropping stale ones. c.mu is held.
 func (c *Clock) top() (entry, bool) {
-	if len(c.timers) == c.live && c.live > 0 {
-		// No stale entry: the top is live without a look at its Timer,
-		// which is likely out of cache.
-		return c.timers[0], true
-	}
-	for len(c.timers) > 0 {
-		if e := c.timers[0]; e.live() {
-			return e, true
+	for {
+		e, ok := c.timers.top()
+		// With no stale entry the top is live without a look at its
+		// Timer, which is likely out of cache.
+		if !ok || c.timers.len() == c.live || e.live() {
+			return e, ok
 		}
 		c.timers.pop()
 	}
-	return entry{}, false
 }
 
 // SetTieBreaker changes the order of timers armed from now on that share a
@@ -182,8 +171,8 @@ func (c *Clock) fireNext(limit time.Duration) bool {
 	t := e.t
 	t.armed = false
 	c.live--
-	if t.when > c.now {
-		c.now = t.when
+	if e.when > c.now { // e.when is t.when: no look at t for it
+		c.now = e.when
 	}
 	f, w := t.f, t.w
 	c.mu.Unlock()

@@ -81,9 +81,9 @@ func (e entry) before(o entry) bool {
 	return e.seq < o.seq
 }
 
-// timerHeap is a 4-ary min-heap of entries by (deadline, sequence): half
-// the depth of a binary heap, and a node's four children share two cache
-// lines, which matters when a run holds 100k sleeping fibers.
+// timerHeap is a 4-ary min-heap of entries by (deadline, sequence), the
+// part of a timerQueue that orders what is due first: the entries at or
+// before the queue's last, few at a time in the usual run.
 type timerHeap []entry
 
 func (h *timerHeap) push(e entry) {
