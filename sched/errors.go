@@ -36,7 +36,8 @@ func (p ParkedFiber) String() string {
 
 // A DeadlockError is returned by Run under a virtual clock when fibers are
 // parked and nothing can ever wake them: no fiber can run, no timer is
-// armed and no Blocking call is in flight.
+// armed or being fired (by another goroutine advancing a WithVirtualClock
+// clock) and no Blocking call is in flight.
 type DeadlockError struct {
 	At     time.Time // the virtual time at which the loop gave up
 	Parked []ParkedFiber

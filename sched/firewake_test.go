@@ -27,13 +27,15 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 		waiters, rounds  = 8, 40
 	)
 	vc := vclock.New(time.Time{})
-	// A timer always armed that only the loop fires: when the outside
-	// goroutine has taken the last other timer and not yet woken its
-	// fiber, or a Waiter's Wake is still on its way, the idle loop fires
-	// this one meanwhile instead of reporting a deadlock (a report the
-	// outside goroutine would make false a moment later). Re-armed a
-	// second ahead each time; keeperAt is its deadline, which the outside
-	// steps never reach.
+	// A timer always armed that only the loop fires: when a Waiter's Wake
+	// from the plain goroutine below is still on its way, the idle loop
+	// fires this one meanwhile instead of reporting a deadlock (a report
+	// that Wake would make false a moment later: the loop cannot know of
+	// a goroutine that is not a Blocking call). A timer the outside
+	// goroutine is firing needs no keeper (see
+	// TestOutsideAdvanceOfLastTimersIsNoDeadlock); without this one, the
+	// reports name only the Waiters' fibers. Re-armed a second ahead each
+	// time; keeperAt is its deadline, which the outside steps never reach.
 	var keeperAt atomic.Int64
 	var keeper *vclock.Timer
 	keeperAt.Store(int64(time.Second))
@@ -116,4 +118,54 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(sleepers*sleeps), slept.Load())
 	assert.Equal(t, int64(waiters*rounds), woken.Load())
+}
+
+// Fibers that only sleep, on a WithVirtualClock clock that a goroutine
+// advances from outside in small steps while the loop fires the same
+// timers itself, with nothing else armed: whenever the outside goroutine
+// has taken the last armed timer and not yet woken its fiber, the idle
+// loop must wait for that wake, not report a deadlock. Unlike the test
+// above, no keeper timer hides the race: many short runs, each ending
+// with a few fibers asleep on the last timers, so that the outside
+// goroutine often holds the last one as the loop looks (before the fix,
+// nearly every run of this test reported a false DeadlockError).
+func TestOutsideAdvanceOfLastTimersIsNoDeadlock(t *testing.T) {
+	const runs, sleepers, sleeps = 500, 4, 20
+	for run := range runs {
+		vc := vclock.New(time.Time{})
+		stop := make(chan struct{})
+		outside := make(chan struct{})
+		go func() {
+			defer close(outside)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				vc.Advance(time.Duration(i%3) * 50 * time.Microsecond)
+				runtime.Gosched()
+			}
+		}()
+		var slept atomic.Int64
+		err := sched.Run(context.Background(), func(ctx context.Context) error {
+			for j := range sleepers {
+				d := time.Duration(j+1) * 100 * time.Microsecond
+				sched.Go(ctx, func(ctx context.Context) error {
+					for range sleeps {
+						if err := sched.Sleep(ctx, d); err != nil {
+							return err
+						}
+						slept.Add(1)
+					}
+					return nil
+				})
+			}
+			return nil
+		}, sched.WithVirtualClock(vc))
+		close(stop)
+		<-outside
+		require.NoError(t, err, "run %d", run)
+		require.Equal(t, int64(sleepers*sleeps), slept.Load(), "run %d", run)
+	}
 }

@@ -54,14 +54,21 @@ type loop struct {
 	nwatched  atomic.Int32 // watched.len, read without mu to skip an empty settle
 	poke      func()       // l.signal, bound once: the callback of every watch
 
+	// Timers of the virtual clock that another goroutine is firing: the
+	// clock's count (vwake.Watch), or noFires under real time. awaiting is
+	// set while awaitOutside waits for a wake and looks at that count,
+	// so that the fire's end (fireEnded) knows to signal.
+	firing   *atomic.Int32
+	awaiting atomic.Bool
+
 	// Test hooks, nil outside this package's tests; a fiber sets them
-	// before the Blocking calls they watch.
-	hookIdle         func() // the loop is about to wait for the outside
+	// before the Blocking calls or fires they watch.
+	hookIdle         func() // the loop is about to look for wakes from the outside
 	hookBlockingWoke func() // a Blocking goroutine woke its fiber; its count has not dropped yet
 }
 
 func newLoop(cfg config) *loop {
-	l := &loop{notify: make(chan struct{}, 1)}
+	l := &loop{notify: make(chan struct{}, 1), firing: &noFires}
 	l.poke = l.signal
 	if cfg.seeded {
 		// Two streams: the run queue is drawn on the loop's goroutine, the
@@ -321,8 +328,14 @@ func (l *loop) settle() {
 	}
 }
 
+// noFires is the count of fires in flight of a loop under real time:
+// always zero (only read).
+var noFires atomic.Int32
+
 // awaitOutside waits for a wake that may still arrive from outside the
-// loop, a Blocking call in flight or wakes already in the inbox, and
+// loop, a Blocking call in flight, a timer of the virtual clock that
+// another goroutine has taken off the queue and is firing (vclock's
+// Advance on a WithVirtualClock clock), or wakes already in the inbox, and
 // reports whether there was one; false means none can come, so virtual time
 // may move or the loop report a deadlock. Watched contexts need no look
 // here: the drain at the top of the same iteration has just settled every
@@ -334,29 +347,51 @@ func (l *loop) settle() {
 // on and parked again meanwhile. Had the count dropped between a look that
 // saw the call in flight and a sleep taken apart from it, the loop would
 // sleep with nothing left to wake it: the goroutine signals only a loop
-// already marked asleep.
+// already marked asleep. A fire's count drops without l.mu (the loop fires
+// most timers itself, and must not take a lock for that); awaiting stands
+// in: set before the look at the count, read by fireEnded after the count
+// dropped, so that one of the two sees the other.
 func (l *loop) awaitOutside() bool {
 	if l.hookIdle != nil {
 		l.hookIdle()
 	}
 	// The common case without the lock: no Blocking call in flight (only
-	// a fiber starts one, and none runs now) and no wake in the inbox.
-	// In this order: a Blocking goroutine wakes its fiber before its count
-	// drops, so a count seen at zero comes with that wake seen.
-	if l.nblocking.Load() == 0 && l.inboxLen.Load() == 0 {
+	// a fiber starts one, and none runs now), no fire in flight and no
+	// wake in the inbox. In this order: a Blocking goroutine or a fire
+	// wakes its fiber before its count drops, so a count seen at zero
+	// comes with that wake seen.
+	if l.nblocking.Load() == 0 && l.firing.Load() == 0 && l.inboxLen.Load() == 0 {
 		return false
 	}
 	l.mu.Lock()
-	switch {
-	case len(l.inbox) > 0:
+	if len(l.inbox) > 0 {
 		l.mu.Unlock()
 		return true
-	case l.blocking == 0:
+	}
+	l.awaiting.Store(true)
+	if l.blocking == 0 && l.firing.Load() == 0 {
+		// A fire whose count has dropped delivered its wake first,
+		// through ready, which takes l.mu: before the inbox's look,
+		// then. A count of zero means no wake is on its way.
+		l.awaiting.Store(false)
 		l.mu.Unlock()
 		return false
 	}
 	l.sleepLocked()
+	l.awaiting.Store(false)
 	return true
+}
+
+// fireEnded runs, on the goroutine that fired, when the virtual clock's
+// count of fires in flight drops to zero (vwake.Watch): it wakes the loop
+// if awaitOutside waits for such a fire. Its wake, if any, was delivered
+// first, and ready signalled for it; this signal is for a fire that woke
+// no fiber of this loop. A signal the loop no longer waits for makes its
+// next sleep return early, and every sleep looks again.
+func (l *loop) fireEnded() {
+	if l.awaiting.Load() {
+		l.signal()
+	}
 }
 
 // drain moves woken fibers from the inbox to the run queue.
@@ -493,6 +528,17 @@ func (l *loop) run() {
 		// One timer at a time: the fibers it wakes run before the next
 		// timer fires, as they would at that instant.
 		if l.virtual.FireNext(endOfTime) {
+			continue
+		}
+		// No timer: another goroutine may have taken the last one since
+		// the look above, and be firing it. The count rose as it took it,
+		// under the clock's lock that FireNext took after: look again.
+		if l.awaitOutside() {
+			continue
+		}
+		// A fire that ended meanwhile may have ended a watched context
+		// instead of waking a fiber through the inbox: settle it.
+		if l.drain(); l.runq.size > 0 {
 			continue
 		}
 		l.failure = l.deadlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/sluice-go/sluice/internal/vwake"
 	"github.com/sluice-go/sluice/vclock"
 )
 
@@ -29,7 +30,10 @@ func Virtual(start time.Time) Option {
 }
 
 // WithVirtualClock is Virtual with a clock the caller keeps, to read it or
-// advance it by hand. A clock should serve one loop at a time.
+// advance it by hand. A clock should serve one loop at a time. A timer that
+// another goroutine's Advance has taken off the clock's queue counts, until
+// its callback or wake returns, as one that can still wake a fiber: the
+// loop waits for it rather than reporting a deadlock.
 func WithVirtualClock(vc *vclock.Clock) Option {
 	if vc == nil {
 		panic("sched: WithVirtualClock(nil)")
@@ -87,6 +91,13 @@ func Run(ctx context.Context, main func(ctx context.Context) error, opts ...Opti
 		o(&cfg)
 	}
 	l := newLoop(cfg)
+	if l.virtual != nil {
+		// Timers that another goroutine fires (a WithVirtualClock clock
+		// advanced by hand) can still wake fibers while no timer is armed;
+		// the loop waits for them instead of reporting a deadlock.
+		l.firing = vwake.Watch(l.virtual, l.fireEnded)
+		defer vwake.Watch(l.virtual, nil)
+	}
 	if cfg.seeded && l.virtual != nil {
 		ties := rand.NewPCG(cfg.seed, 0x71e5).Uint64
 		l.virtual.SetTieBreaker(ties)

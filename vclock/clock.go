@@ -16,6 +16,7 @@ package vclock
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,6 +36,12 @@ type Clock struct {
 	ties   func() uint64 // if set, draws the order of equal deadlines (SetTieBreaker)
 	timers timerQueue    // entries, earliest (deadline, seq) first
 	live   int           // armed timers; the rest of the entries are stale
+	ended  func()        // runs when firing drops to zero (vwake.Watch); nil: nothing
+
+	// Fires in flight: timers taken off the queue whose callback or Wake
+	// has not returned. Raised under mu as the timer is taken, dropped
+	// without it; read without it by a run loop (vwake.Watch).
+	firing atomic.Int32
 }
 
 // New returns a clock reading start. A zero start means Epoch.
@@ -175,13 +182,29 @@ func (c *Clock) fireNext(limit time.Duration) bool {
 		c.now = e.when
 	}
 	f, w := t.f, t.w
+	// Why count fires in flight: from here until its wake is delivered
+	// the timer is on no queue, and a run loop idle meanwhile, on another
+	// goroutine, would see nothing left that can wake its fibers. Raised
+	// under mu, so a look at the queue that finds the timer gone sees the
+	// count raised too.
+	c.firing.Add(1)
+	ended := c.ended
 	c.mu.Unlock()
+	defer c.fireEnded(ended) // deferred: a callback's panic must not leave the count raised
 	if w != nil {
 		w.Wake()
 	} else {
 		f()
 	}
 	return true
+}
+
+// fireEnded drops the count of fires in flight, after the fire's wake, and
+// tells the watcher the fire was taken with when the count reaches zero.
+func (c *Clock) fireEnded(ended func()) {
+	if c.firing.Add(-1) == 0 && ended != nil {
+		ended()
+	}
 }
 
 func (c *Clock) advanceTo(target time.Duration) {

@@ -1,17 +1,26 @@
 package vclock
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/internal/vwake"
 )
 
-// Why a hook and not an exported function: a timer that wakes a waiter
-// directly is sched's need, not one of this package's users.
+// Why hooks and not exported functions: a timer that wakes a waiter
+// directly, and a look at fires in flight, are sched's needs, not ones of
+// this package's users.
 func init() {
 	vwake.Bind = func(t, c any, w vwake.Waker) {
 		tt := t.(*Timer)
 		tt.c, tt.w = c.(*Clock), w
+	}
+	vwake.Watch = func(c any, ended func()) *atomic.Int32 {
+		cc := c.(*Clock)
+		cc.mu.Lock()
+		cc.ended = ended
+		cc.mu.Unlock()
+		return &cc.firing
 	}
 }
 

@@ -1,6 +1,7 @@
 package vclock_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,3 +50,51 @@ func TestBoundTimerFiresInArmingOrder(t *testing.T) {
 	assert.Empty(t, got)
 	assert.Zero(t, c.Pending())
 }
+
+// vwake.Watch's count covers each fire from the moment its timer leaves
+// the queue until its callback or Wake has returned, nested fires
+// included; ended runs each time the count drops to zero, after the
+// fire's work, and a callback that panics still drops the count.
+func TestWatchCountsFiresInFlight(t *testing.T) {
+	c := vclock.New(time.Time{})
+	var log []string
+	firing := vwake.Watch(c, func() { log = append(log, "ended") })
+	defer vwake.Watch(c, nil)
+	require.Zero(t, firing.Load())
+
+	var bound vclock.Timer
+	vwake.Bind(&bound, c, wakerFunc(func() {
+		log = append(log, fmt.Sprintf("wake pending=%d firing=%d", c.Pending(), firing.Load()))
+	}))
+	c.AfterFunc(time.Second, func() {
+		log = append(log, fmt.Sprintf("outer pending=%d firing=%d", c.Pending(), firing.Load()))
+		bound.Reset(0)
+		c.Advance(0) // a nested fire
+		log = append(log, fmt.Sprintf("outer again firing=%d", firing.Load()))
+	})
+	c.Advance(time.Second)
+	assert.Equal(t, []string{
+		"outer pending=0 firing=1",
+		"wake pending=0 firing=2",
+		"outer again firing=1",
+		"ended",
+	}, log)
+	assert.Zero(t, firing.Load())
+
+	log = nil
+	c.AfterFunc(0, func() { panic("boom") })
+	assert.PanicsWithValue(t, "boom", func() { c.Advance(0) })
+	assert.Zero(t, firing.Load())
+	assert.Equal(t, []string{"ended"}, log)
+
+	vwake.Watch(c, nil)
+	log = nil
+	c.AfterFunc(0, func() {})
+	c.Advance(0)
+	assert.Empty(t, log, "no watcher: nothing runs")
+}
+
+// wakerFunc is a vwake.Waker that calls itself.
+type wakerFunc func()
+
+func (f wakerFunc) Wake() bool { f(); return true }
