@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -296,6 +297,7 @@ func TestServeTLSBadFilesExit2(t *testing.T) {
 		{[]string{"-tls-cert", junk, "-tls-key", keyFile}, "failed to find any PEM data in certificate input"},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-client-ca", junk}, "sluice serve: -client-ca " + junk + ": no PEM certificate in the file"},
 		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-client-ca", filepath.Join(dir, "nope.pem")}, "sluice serve: -client-ca: open"},
+		{[]string{"-tls-cert", certFile, "-tls-key", keyFile, "-client-names", "a"}, "sluice serve: -client-names needs -client-ca"},
 	} {
 		out, err := exec.Command(binary, append([]string{"serve", "-addr", "127.0.0.1:0"}, c.args...)...).CombinedOutput()
 		var ee *exec.ExitError
@@ -320,5 +322,66 @@ func TestServeTLSGRPCHealth(t *testing.T) {
 	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	assert.Equal(t, 0, s.stop(t))
+}
+
+// -client-names: only the named clients may spend; others get 403 (gRPC:
+// PermissionDenied) with the reason, counted; /healthz stays open.
+func TestServeClientNames(t *testing.T) {
+	dir := t.TempDir()
+	ca, clientCA := newCA(t, "server CA"), newCA(t, "client CA")
+	certFile, keyFile, _ := tlsFiles(t, dir, ca)
+	caFile := filepath.Join(dir, "client-ca.pem")
+	writeFile(t, caFile, clientCA.pem)
+	rulesFile := filepath.Join(dir, "ratelimit.yaml")
+	writeRules(t, rulesFile, e2eRules)
+	s := serve(t, "-store", "memory", "-grpc", "127.0.0.1:0", "-config", rulesFile,
+		"-tls-cert", certFile, "-tls-key", keyFile, "-client-ca", caFile, "-client-names", "replica-1, replica-3")
+	base := strings.Replace(s.URL, "http://", "https://", 1)
+	one, two := clientCA.keyPair(t, "replica-1"), clientCA.keyPair(t, "replica-2")
+	get := func(c *tls.Certificate, path string) (int, string) {
+		r, err := httpsClient(ca.pool(), c).Get(base + path)
+		require.NoError(t, err)
+		defer r.Body.Close()
+		b, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		return r.StatusCode, string(b)
+	}
+	code, _ := get(&one, "/allow?key=k")
+	assert.Equal(t, http.StatusOK, code)
+	code, body := get(&two, "/allow?key=k")
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, `client certificate names \"replica-2\", none of which -client-names lists`)
+	code, _ = get(&two, "/healthz")
+	assert.Equal(t, http.StatusOK, code, "health checks stay open")
+
+	require.NoError(t, tryRLS(grpcTLS(t, s, ca.pool(), &one)))
+	err := tryRLS(grpcTLS(t, s, ca.pool(), &two))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PermissionDenied")
+
+	_, m := get(&one, "/metrics")
+	assert.Contains(t, m, `sluice_client_refused_total{port="http"} 1`)
+	assert.Contains(t, m, `sluice_client_refused_total{port="grpc"} 1`)
+	assert.Equal(t, 0, s.stop(t))
+}
+
+// -admin-addr takes /stats and /metrics off the decision port.
+func TestServeAdminAddr(t *testing.T) {
+	s := serve(t, "-store", "memory", "-admin-addr", "127.0.0.1:0")
+	m := regexp.MustCompile(`msg="admin listening" addr=(\S+)`).FindStringSubmatch(s.logs.String())
+	require.NotNil(t, m, "%s", s.logs.String())
+	admin := "http://" + m[1]
+	assert.Equal(t, http.StatusOK, get(t, s.URL+"/allow?key=a").status)
+	assert.Equal(t, http.StatusOK, get(t, s.URL+"/healthz").status)
+	for _, p := range []string{"/metrics", "/stats"} {
+		r := get(t, s.URL+p)
+		assert.Equal(t, http.StatusNotFound, r.status, p)
+		assert.Contains(t, r.body, "are on the admin address", p)
+		assert.Equal(t, http.StatusOK, get(t, admin+p).status, p)
+	}
+	assert.Contains(t, get(t, admin+"/metrics").body, `sluice_decisions_total{policy="default",result="allowed"} 1`)
+	assert.Contains(t, get(t, admin+"/stats").body, `"allowed_total":1`)
+	assert.Equal(t, http.StatusNotFound, get(t, admin+"/allow?key=a").status, "nothing spends on the admin address")
 	assert.Equal(t, 0, s.stop(t))
 }

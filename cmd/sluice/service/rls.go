@@ -76,6 +76,11 @@ var unlimitedStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	s := g.s
+	if s.clients != nil {
+		if err := s.allowGRPC(ctx); err != nil {
+			return nil, err
+		}
+	}
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	if domain == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")

@@ -48,6 +48,8 @@ type ServeOptions struct {
 	// CAs that sign client certificates (see Certs).
 	TLSCert, TLSKey, ClientCA string
 	TLSPoll                   time.Duration
+	ClientNames               string // -client-names, comma-separated
+	AdminAddr                 string // /stats and /metrics here, not on Addr; "" for Addr
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -83,6 +85,8 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.TLSKey, "tls-key", "", "the private key of -tls-cert (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "mutual TLS: require on both ports a client certificate signed by a CA in this file (PEM; needs -tls-cert)")
 	fs.DurationVar(&o.TLSPoll, "tls-poll", 10*time.Second, "check the TLS files this often and reload them when they changed (0: only on SIGHUP)")
+	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
+	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
 	return fs
 }
 
@@ -112,6 +116,15 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if certs, err = LoadCerts(o.TLSCert, o.TLSKey, o.ClientCA); err != nil {
 			_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 			return 2
+		}
+	}
+	if o.ClientNames != "" && o.ClientCA == "" {
+		_, _ = fmt.Fprintln(stderr, "sluice serve: -client-names needs -client-ca: without mutual TLS no client is named")
+		return 2
+	}
+	for _, n := range strings.Split(o.ClientNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			cfg.ClientNames = append(cfg.ClientNames, n)
 		}
 	}
 	if o.TLSPoll < 0 {
@@ -175,6 +188,10 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 		extras = append(extras, WithRulesReload(o.Config, hup, o.ConfigPoll))
+	}
+	if o.AdminAddr != "" {
+		cfg.SplitAdmin = true
+		extras = append(extras, WithAdmin(o.AdminAddr, nil))
 	}
 	if certs != nil {
 		hup := make(chan os.Signal, 1)
