@@ -60,7 +60,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
 	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
 	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
-	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...]")
+	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...], redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] (user:password@ before HOST for Redis AUTH)")
 	fs.IntVar(&o.ShmSlots, "shm-slots", sharedbucket.DefaultSlots,
 		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
 	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
