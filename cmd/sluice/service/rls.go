@@ -39,7 +39,8 @@ import (
 //     rule's name only when the file names it, as envoyproxy/ratelimit),
 //     and limit_remaining (whole tokens left); duration_until_reset is, when
 //     allowed, the time until the bucket is full again and, when over the
-//     limit, the time until the same request would be allowed.
+//     limit, the time until the same request would be allowed, in whole
+//     seconds rounded up (Envoy reads only the seconds).
 //
 // A shadow_mode rule answers OK where it would deny (counted as
 // shadow_denied); the global shadow mode (Config.Shadow) leaves each
@@ -75,6 +76,11 @@ var unlimitedStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	s := g.s
+	if s.clients != nil {
+		if err := s.allowGRPC(ctx); err != nil {
+			return nil, err
+		}
+	}
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	if domain == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -254,7 +260,19 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 		if !v.res.Allowed {
 			d = v.res.RetryAfter
 		}
-		st.DurationUntilReset = durationpb.New(d)
+		st.DurationUntilReset = wholeSecondsUp(d)
 	}
 	return st, nil
+}
+
+// wholeSecondsUp is d in whole seconds, rounded up, so never less than the
+// true wait. Why: Envoy fills X-RateLimit-Reset from the duration's seconds
+// alone, so 20 ms sent as such tells the client 0 and it retries at once;
+// envoyproxy/ratelimit's fixed windows always send whole seconds.
+func wholeSecondsUp(d time.Duration) *durationpb.Duration {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return &durationpb.Duration{Seconds: s}
 }
