@@ -90,6 +90,13 @@ type Config struct {
 	// SplitAdmin serves /stats and /metrics only on AdminHandler, so that
 	// they can listen on an address of their own (`serve -admin-addr`).
 	SplitAdmin bool
+	// StopOverLimitIncrement makes a ShouldRateLimit request that is over
+	// the limit on any descriptor spend nothing on the others
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). The
+	// store must implement store.AllOrNothing (the memory, shm and Redis
+	// stores do); on Redis the request's buckets are decided in one script
+	// call, atomically.
+	StopOverLimitIncrement bool
 }
 
 // Server answers /allow, /stats, /healthz and /metrics, and Envoy's
@@ -130,6 +137,9 @@ type policyEntry struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("service: Config.Store is nil")
+	}
+	if _, ok := cfg.Store.(store.AllOrNothing); cfg.StopOverLimitIncrement && !ok {
+		return nil, fmt.Errorf("service: StopOverLimitIncrement: the %s store cannot decide several descriptors as one", cfg.Store.Name())
 	}
 	if cfg.Default.Name == "" {
 		cfg.Default.Name = "default"

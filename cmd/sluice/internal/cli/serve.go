@@ -50,6 +50,7 @@ type ServeOptions struct {
 	TLSPoll                   time.Duration
 	ClientNames               string // -client-names, comma-separated
 	AdminAddr                 string // /stats and /metrics here, not on Addr; "" for Addr
+	StopOverLimitIncrement    bool   // -stop-over-limit-increment
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -87,6 +88,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.TLSPoll, "tls-poll", 10*time.Second, "check the TLS files this often and reload them when they changed (0: only on SIGHUP)")
 	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
 	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
+	fs.BoolVar(&o.StopOverLimitIncrement, "stop-over-limit-increment", false, "gRPC: a request over the limit on any descriptor spends nothing on the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; on Redis in one script call)")
 	return fs
 }
 
@@ -250,6 +252,7 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
+	cfg.StopOverLimitIncrement = o.StopOverLimitIncrement
 	switch {
 	case o.MaxOverrides < 0:
 		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
