@@ -46,9 +46,11 @@ type loop struct {
 	mu        sync.Mutex // guards the fields below, shared with other goroutines
 	inbox     []*Fiber   // fibers woken from anywhere, in wake order
 	spare     []*Fiber
-	blocking  int       // Blocking calls in flight
-	watched   watchList // settled watches (see watch), in registration order
-	sleeping  bool      // the loop is blocked on notify
+	blocking  int                    // Blocking calls in flight
+	watched   watchList              // settled watches (see watch), in registration order
+	callbacks map[*callback]struct{} // AfterFunc callbacks not yet returned nor stopped
+	cbDone    uint64                 // callbacks returned or stopped so far
+	sleeping  bool                   // the loop is blocked on notify
 	notify    chan struct{}
 	inboxLen  atomic.Int32 // len(inbox), read without mu to skip an empty drain
 	nblocking atomic.Int32 // blocking, read without mu (see awaitOutside)
@@ -434,12 +436,17 @@ func (l *loop) watchEnding() bool {
 //     first, then tells its parent's AfterFunc registration), or the
 //     standard library's goroutine has yet to carry an ancestor's end down.
 //
+// And one sign outside the fibers: an AfterFunc callback, not returned yet,
+// whose context has ended or is ending (a cancel on another goroutine runs
+// it there, and it may wake a fiber waiting on something else).
+//
 // Each wake is delivered through ready, which signals a loop marked asleep
-// under l.mu, or through a watch's poke, which always signals; both come
+// under l.mu, or through a watch's poke, which always signals, or, for a
+// callback that woke nobody, through its return (dropCallback); all come
 // after the sign this looked at, so the sleep below cannot miss them. A
 // wait whose context has not begun to end is a deadlock: the loop cannot
-// know of a goroutine that will cancel it later. O(fibers), on the path to
-// a DeadlockError only.
+// know of a goroutine that will cancel it later. O(fibers + callbacks), on
+// the path to a DeadlockError only.
 func (l *loop) awaitParked() bool {
 	found := false
 	for f := l.alive.front(); f != nil && !found; f = next(f) {
@@ -450,16 +457,67 @@ func (l *loop) awaitParked() bool {
 		found = w.state.Load()&stateMask != statePending ||
 			(w.waitCtx != nil && ending(w.waitCtx))
 	}
+	// An AfterFunc callback whose context has ended, not returned yet,
+	// may still wake a fiber: a cancel on another goroutine runs it there.
+	// Its return wakes the loop (dropCallback), when it woke nobody; the
+	// count tells one that returned between this look and the sleep.
+	l.mu.Lock()
+	cbDone := l.cbDone
+	var ctxs []context.Context
+	if !found {
+		for cb := range l.callbacks {
+			ctxs = append(ctxs, cb.ctx)
+		}
+	}
+	l.mu.Unlock()
+	for _, ctx := range ctxs {
+		if ending(ctx) {
+			found = true
+			break
+		}
+	}
 	if !found {
 		return false
 	}
 	l.mu.Lock()
-	if len(l.inbox) > 0 {
+	if len(l.inbox) > 0 || l.cbDone != cbDone {
 		l.mu.Unlock()
 		return true
 	}
 	l.sleepLocked()
 	return true
+}
+
+// A callback is one AfterFunc registration, listed on its loop from
+// AfterFunc until its function has returned or stop has unregistered it.
+type callback struct{ ctx context.Context }
+
+func (l *loop) addCallback(ctx context.Context) *callback {
+	cb := &callback{ctx: ctx}
+	l.mu.Lock()
+	if l.callbacks == nil {
+		l.callbacks = make(map[*callback]struct{})
+	}
+	l.callbacks[cb] = struct{}{}
+	l.mu.Unlock()
+	return cb
+}
+
+// dropCallback unlists cb, once; it wakes a loop asleep in awaitParked,
+// which may be waiting for this callback (one that woke no fiber, say).
+func (l *loop) dropCallback(cb *callback) {
+	l.mu.Lock()
+	if _, ok := l.callbacks[cb]; !ok {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.callbacks, cb)
+	l.cbDone++
+	sleeping := l.sleeping
+	l.mu.Unlock()
+	if sleeping {
+		l.signal()
+	}
 }
 
 // fireEnded runs, on the goroutine that fired, when the virtual clock's

@@ -11,29 +11,51 @@ import (
 	"github.com/sluice-go/sluice/vclock"
 )
 
-// A cancel from another goroutine of a standard context over a loop
-// context (context.WithCancel(ctx) in a fiber) ends the wait on it on that
-// goroutine, in steps: the context is done first, then this package's
-// code ends each wait linked to it (a compare-and-swap of the Waiter's
-// state, its OnCancel), and only then the fiber's wake reaches the loop's
-// inbox. A loop that goes idle in between sees no timer, no wake and no
-// Blocking call; the wake on its way must still land, so the loop must
-// wait for it, not report a deadlock (nor, after jumping to the next
-// timer, a deadlock "at +1h"). The outside goroutine is held in that
-// window from the loop's first idle look until every goroutine of the
-// bubble is blocked, at two points:
+// A cancel from another goroutine ends the waits on a context in steps:
+// the context is done first (context.WithCancel's cancel closes it, then
+// tells its parent's AfterFunc registration; a loop context records its
+// error, then ends its waits and runs its callbacks), then this package's
+// code ends each wait (a compare-and-swap of the Waiter's state, its
+// OnCancel) or runs each sched.AfterFunc callback, which may wake a fiber,
+// and only then does the fiber's wake reach the loop's inbox. A loop that
+// goes idle in between sees no timer, no wake and no Blocking call; the
+// wake on its way must still land, so the loop must wait for it, not
+// report a deadlock (nor, after jumping to the next timer, a deadlock "at
+// +1h"). The outside goroutine is held in that window from the loop's
+// first idle look until every goroutine of the bubble is blocked, at:
 //
 //   - "wake committed": inside the Waiter's OnCancel, after the state's
 //     compare-and-swap and before the wake reaches the inbox;
 //   - "cancel begun": in a sched.AfterFunc registered on the context
-//     before the wait, which the cancel runs first: the context is done
-//     and the fiber's wait not ended yet.
+//     before the wait, which the cancel of a standard context runs first:
+//     the context is done and the fiber's wait not ended yet;
+//   - "callback wakes": in a sched.AfterFunc whose callback then wakes
+//     the fiber, which waits on the loop's own context, not on the
+//     cancelled one.
 //
-// The loop must then be asleep, and the waiting fiber end with
-// context.Canceled once the outside goroutine goes on.
+// for a standard context (context.WithCancel(ctx)) and a loop context
+// (sched.WithTimeout(ctx, 24h)) cancelled by their cancel functions. The
+// loop must then be asleep, and the waiting fiber end once the outside
+// goroutine goes on.
 func TestOutsideCancelInFlightIsNoDeadlock(t *testing.T) {
-	for _, hold := range []string{"wake committed", "cancel begun"} {
-		t.Run(hold, func(t *testing.T) {
+	type kind struct {
+		name string
+		make func(ctx context.Context) (context.Context, context.CancelFunc)
+	}
+	std := kind{"standard", func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return context.WithCancel(ctx)
+	}}
+	lp := kind{"loop", func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return WithTimeout(ctx, 24*time.Hour)
+	}}
+	for _, c := range []struct {
+		kind kind
+		hold string
+	}{
+		{std, "wake committed"}, {std, "cancel begun"}, {std, "callback wakes"},
+		{lp, "wake committed"}, {lp, "callback wakes"},
+	} {
+		t.Run(c.kind.name+"/"+c.hold, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				held := make(chan struct{})    // the outside cancel is in the window
 				proceed := make(chan struct{}) // it may go on
@@ -48,18 +70,28 @@ func TestOutsideCancelInFlightIsNoDeadlock(t *testing.T) {
 					done <- Run(context.Background(), func(ctx context.Context) error {
 						l := nearestLoop(ctx)
 						loops <- l
-						cctx, cancel := context.WithCancel(ctx)
+						cctx, cancel := c.kind.make(ctx)
 						defer cancel()
-						if hold == "cancel begun" {
+						w := &Waiter{Reason: "outside cancel"}
+						wctx := cctx // the context of w's wait
+						switch c.hold {
+						case "wake committed":
+							w.OnCancel = holdOnce
+						case "cancel begun":
 							AfterFunc(cctx, holdOnce)
+						case "callback wakes":
+							wctx = ctx
+							AfterFunc(cctx, func() {
+								holdOnce()
+								w.Wake()
+							})
 						}
 						waiter := Go(ctx, func(ctx context.Context) error {
-							w := &Waiter{Reason: "outside cancel"}
-							if hold == "wake committed" {
-								w.OnCancel = holdOnce
+							w.Prepare(wctx)
+							if err := w.Wait(wctx); err != nil {
+								return err
 							}
-							w.Prepare(cctx)
-							return w.Wait(cctx)
+							return cctx.Err() // woken by the callback
 						})
 						started := false // loop goroutine only
 						l.hookIdle = func() {
