@@ -345,9 +345,11 @@ var noFires atomic.Int32
 // one scan per decision; one that is ending (done since, or inheriting an
 // ancestor's end that the standard library has yet to carry down, see
 // watchEnding) counts as a wake still to come, since its watch's poke will
-// wake the loop. Waits linked to a loop context need no look here: a cancel
-// on another goroutine ends them there (see awaitParked for one caught
-// halfway).
+// wake the loop. Other waits get no look here, which would cost O(waits)
+// per decision: a cancel on another goroutine ends them on that goroutine,
+// and one caught halfway (the context done, its wake not yet in the inbox)
+// lands once that goroutine goes on, after time may have moved; the loop
+// waits for it before it reports a deadlock (see awaitParked).
 //
 // Why the look and the sleep are one step under l.mu: a Blocking goroutine
 // wakes its fiber and only then drops the count, and the fiber may have run
@@ -364,9 +366,9 @@ func (l *loop) awaitOutside() bool {
 	}
 	// The common case without the lock: no Blocking call in flight (only
 	// a fiber starts one, and none runs now), no fire in flight, no wake
-	// in the inbox and no settled watch. In this order: a Blocking goroutine or a fire
-	// wakes its fiber before its count drops, so a count seen at zero
-	// comes with that wake seen.
+	// in the inbox and no settled watch. In this order: a Blocking
+	// goroutine or a fire wakes its fiber before its count drops, so a
+	// count seen at zero comes with that wake seen.
 	if l.nblocking.Load() == 0 && l.firing.Load() == 0 && l.inboxLen.Load() == 0 && l.nwatched.Load() == 0 {
 		return false
 	}
