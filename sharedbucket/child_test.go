@@ -37,6 +37,7 @@ const (
 	childRoleE = "clock"
 	childRoleF = "churn"
 	childRoleG = "claim"
+	childRoleH = "stall-claim"
 )
 
 func encodePolicy(p Policy, slots int) string {
@@ -70,6 +71,8 @@ func runChild(role string) int {
 		err = childChurn()
 	case childRoleG:
 		err = childClaim()
+	case childRoleH:
+		err = childStallClaim()
 	default:
 		err = fmt.Errorf("unknown child role %q", role)
 	}

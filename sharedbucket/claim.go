@@ -163,6 +163,9 @@ func (t *Table) takeOver(s *slot, k, h uint64, now int64, live bool, kind int) (
 		stamp = nanotime()
 	}
 	lock := lockWord(stamp)
+	if testHookTakeOver != nil {
+		testHookTakeOver(s, 0)
+	}
 	if !s.key.CompareAndSwap(k, lock) {
 		return false, now
 	}
@@ -219,7 +222,8 @@ func (t *Table) floorFor(h uint64, now int64, live bool) (int64, int64) {
 }
 
 // testHookTakeOver, when set (by tests), is called in takeOver with the
-// slot once it is locked (step 1) and once its TAT is replaced (step 2).
+// slot just before it is locked (step 0), once it is locked (step 1) and
+// once its TAT is replaced (step 2).
 var testHookTakeOver func(s *slot, step int)
 
 // testHookEvict, when set (by tests), is called with each evicted owner.
