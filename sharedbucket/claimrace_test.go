@@ -121,7 +121,7 @@ func TestRacingClaims(t *testing.T) {
 	}
 	defer func() { testHookTakeOver = nil }()
 	const rounds, workers, keys = 60, 4, 3
-		for r := range uint64(rounds) {
+	for r := range uint64(rounds) {
 		// A new instant each round, every earlier bucket full again: the
 		// claims reclaim slots as well as fill empty ones.
 		at := t0 + int64(r)*2*tb.tau
