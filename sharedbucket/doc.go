@@ -76,23 +76,32 @@
 // over. Nothing corrupt or abandoned makes a key unlimited, nor shuts it
 // out for good.
 //
-// A key never has two buckets. The first requests for a new key from
-// several processes at once race to claim it a slot, and a claimer may be
-// descheduled or stopped in the middle of its claim; two buckets for one
-// key would each allow a burst at the same instant, which nothing can take
-// back. So a claim never publishes a key while another claim that may be
-// for the same key is under way in the key's probe window (a lock word
-// does not say which key its claim is for): it waits until the window
-// holds no lock before it locks its slot, and once it holds its lock it
-// looks through the window again, giving its slot back if the key is
-// published elsewhere (counted in Stats.Duplicates) or another claim holds
-// an earlier slot. A racing claim therefore costs nothing against the
-// bound. It costs time: a call that claims waits for the claims under way
-// in its key's window, a few CASes, or, behind a process stopped or
-// descheduled mid-claim, until that process is gone, its lock is
+// A key never has two buckets (short of damage, see Files). The first
+// requests for a new key from several processes at once race to claim it a
+// slot, and a claimer may be descheduled or stopped in the middle of its
+// claim; two buckets for one key would each allow a burst at the same
+// instant, which nothing can take back. So a claim never publishes a key
+// while another claim that may be for the same key is under way in the key's
+// probe window (a lock word does not say which key its claim is for): it
+// waits until the window holds no lock before it locks its slot, and once it
+// holds its lock it looks through the window again, giving its slot back if
+// the key is published elsewhere (counted in Stats.Duplicates) or another
+// claim holds an earlier slot. A racing claim therefore costs nothing
+// against the bound. It costs time: a call that claims waits for the claims
+// under way in its key's window, a few CASes, or, behind a process stopped
+// or descheduled mid-claim, until that process is gone, its lock is
 // LockTimeout old, or the call has waited LockTimeout (then it takes the
-// lock over, see above). A window whose every slot is locked is not
-// waited on: its call gives up at once, per FailClosed (Stats.Contended).
+// lock over, see above). A window whose every slot is locked is not waited
+// on: its call gives up after a few rounds of yielding, per FailClosed
+// (Stats.Contended), as does one that has waited 2·LockTimeout because new
+// claims kept locking slots of its window.
+//
+// One corner remains, for …At calls only: two claims of one process dated
+// alike (on a clock that stands still, as a test's may) carry the same lock
+// word, so a claim stopped for LockTimeout mid-claim, whose lock was taken
+// over, can wake while a later claim holds the same word and publish its
+// key without looking again: a second bucket. Live calls stamp their locks
+// with a clock reading taken as they lock, and never meet it.
 //
 // # Slots
 //
