@@ -157,11 +157,11 @@ func TestSharedInProcess(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	// The table's bound, with the allowance its package doc gives each
-	// counted event: two limiters asking for a new key at once, one held up
-	// mid-claim (a loaded machine), may give the key two slots for a moment
-	// (Stats.Duplicates), each worth a burst.
+	// counted event that loosens it. (Two limiters asking for a new key at
+	// once, one held up mid-claim, are not one: the key never gets two
+	// buckets.)
 	st := table.Stats()
-	events := st.Duplicates + st.Evicted + st.Recovered
+	events := st.Evicted + st.Recovered
 	bound := 5 + 50*elapsed.Seconds() + 5*float64(events) + float64(st.Contended)
 	assert.LessOrEqual(t, float64(admitted.Load()), bound, "stats %+v", st)
 	assert.Greater(t, admitted.Load(), int64(5))

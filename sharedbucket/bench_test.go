@@ -370,3 +370,48 @@ func BenchmarkStats(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClaim is the first request of a key (a client seen once): every
+// call claims a slot, one whose bucket is full again (a reclaim) or an
+// empty one. The par2 variants claim on two cores at once; in the 64-slot
+// table their probe windows overlap on most calls, so claims meet claims
+// under way and wait for them (see Table.claim). Duplicates counts the
+// claims that gave their slot back to a racing claim of the same key.
+func BenchmarkClaim(b *testing.B) {
+	keys := benchKeys(1 << 20)
+	b.Run("impl=sharedbucket.Table", func(b *testing.B) {
+		tb := benchTable(b, neverDeny, WithSlots(1<<12))
+		b.ReportAllocs()
+		n, i := 0, 0
+		defer cpuMetric(b)()
+		for b.Loop() {
+			if tb.Allow(keys[i]) {
+				n++
+			}
+			if i++; i == len(keys) {
+				i = 0
+			}
+		}
+		if n != b.N {
+			b.Fatalf("allowed %d of %d", n, b.N)
+		}
+	})
+	for _, slots := range []int{1 << 12, 64} {
+		b.Run(fmt.Sprintf("impl=sharedbucket.Table-par2/slots=%d", slots), func(b *testing.B) {
+			tb := benchTable(b, neverDeny, WithSlots(slots))
+			b.ReportAllocs()
+			par2(b, func(id int, pb *testing.PB) {
+				i := id * len(keys) / 2
+				for pb.Next() {
+					tb.Allow(keys[i])
+					if i++; i == len(keys) {
+						i = 0
+					}
+				}
+			})
+			st := tb.Stats()
+			b.ReportMetric(float64(st.Contended), "failopens")
+			b.ReportMetric(float64(st.Duplicates), "duplicates")
+		})
+	}
+}

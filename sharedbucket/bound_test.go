@@ -125,8 +125,7 @@ func TestPreemptedLiveCaller(t *testing.T) {
 // reclaimed all the time) with explicit times that wander up to a few τ
 // behind the newest (and further, when a goroutine is preempted between
 // taking its time and deciding), from several goroutines, and checks the
-// bound exactly for every key that was never evicted nor claimed twice at
-// once. Before the floors it failed within a few runs.
+// bound exactly for every key that was never evicted. Before the floors it failed within a few runs.
 func TestBoundUnderSkew(t *testing.T) {
 	for _, skew := range []time.Duration{0, 3 * time.Millisecond} {
 		t.Run(fmt.Sprintf("skew=%v", skew), func(t *testing.T) {
@@ -151,11 +150,11 @@ func boundUnderSkew(t *testing.T, skew int64) int {
 	tb := openTemp(t, p, WithSlots(8))
 	var mu sync.Mutex
 	evicted := map[uint64]bool{}
-	// Evictions and duplicate claims are the counted events that loosen
-	// the bound; their keys are left out of the check.
+	// Evictions are the counted events that loosen the bound; their keys
+	// are left out of the check. (Racing claims of one key cost nothing:
+	// their keys are checked.)
 	testHookEvict = func(h uint64) { mu.Lock(); evicted[h] = true; mu.Unlock() }
-	testHookDuplicate = func(h uint64) { mu.Lock(); evicted[h] = true; mu.Unlock() }
-	defer func() { testHookEvict, testHookDuplicate = nil, nil }()
+	defer func() { testHookEvict = nil }()
 	names := make([]string, keys)
 	for i := range names {
 		names[i] = fmt.Sprintf("k%02d", i)

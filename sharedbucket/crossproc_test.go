@@ -290,8 +290,8 @@ func TestCrossProcessExact(t *testing.T) {
 // TestCrossProcessChurn: processes spend on twice as many keys as the
 // table has slots, so buckets change slots all the time (reclaims, and the
 // floors that carry a lost bucket's debt), with explicit times up to τ
-// stale and with the live clock. Every key that was never evicted nor
-// claimed twice at once keeps the bound exactly.
+// stale and with the live clock. Every key that was never evicted keeps
+// the bound exactly (racing claims of one key included).
 func TestCrossProcessChurn(t *testing.T) {
 	p := Policy{Limit: 1000, Window: time.Second, Burst: 2} // T = 1ms, τ = 2ms
 	c, err := p.canon()
@@ -338,7 +338,7 @@ func TestCrossProcessChurn(t *testing.T) {
 				checked++
 				allowed += len(recs)
 			}
-			t.Logf("%d calls, %d keys checked (%d allowed decisions), %d evicted or duplicated", calls, checked, allowed, len(excluded))
+			t.Logf("%d calls, %d keys checked (%d allowed decisions), %d evicted", calls, checked, allowed, len(excluded))
 			require.GreaterOrEqual(t, checked, 2, "the exact check must have keys to check")
 		})
 	}

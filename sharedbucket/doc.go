@@ -60,15 +60,11 @@
 //     window holds; the evicted key starts over with a full bucket;
 //   - a call given up under contention (Stats.Contended), allowed unless
 //     the handle was opened with [FailClosed] (that one call);
-//   - a duplicate claim (Stats.Duplicates): the first requests for a new key
-//     from two processes at once, when one of them is held up mid-claim,
-//     can give the key two slots for a moment; spends on the one given back
-//     are forgotten, once;
 //   - a lock taken over (Stats.Recovered): a process killed or stopped while
 //     it moves a slot to a new key leaves the slot locked; once the lock is
-//     [LockTimeout] old, or its process is gone, the next claim that looks
-//     at it takes it over, and the key the slot was leaving may start over
-//     with a full bucket;
+//     [LockTimeout] old, or its process is gone, or a claim has waited on it
+//     for LockTimeout, that claim takes it over, and the key the slot was
+//     leaving may start over with a full bucket;
 //   - damage: a word of the file changed other than by this package (see
 //     Files), found impossible and reset (Stats.Corrupt) or not;
 //   - …At times further apart than MaxSkew, which look like damaged words
@@ -79,6 +75,33 @@
 // every claim that looks at an older lock, and every Stats call, takes it
 // over. Nothing corrupt or abandoned makes a key unlimited, nor shuts it
 // out for good.
+//
+// A key never has two buckets (short of damage, see Files). The first
+// requests for a new key from several processes at once race to claim it a
+// slot, and a claimer may be descheduled or stopped in the middle of its
+// claim; two buckets for one key would each allow a burst at the same
+// instant, which nothing can take back. So a claim never publishes a key
+// while another claim that may be for the same key is under way in the key's
+// probe window (a lock word does not say which key its claim is for): it
+// waits until the window holds no lock before it locks its slot, and once it
+// holds its lock it looks through the window again, giving its slot back if
+// the key is published elsewhere (counted in Stats.Duplicates) or another
+// claim holds an earlier slot. A racing claim therefore costs nothing
+// against the bound. It costs time: a call that claims waits for the claims
+// under way in its key's window, a few CASes, or, behind a process stopped
+// or descheduled mid-claim, until that process is gone, its lock is
+// LockTimeout old, or the call has waited LockTimeout (then it takes the
+// lock over, see above). A window whose every slot is locked is not waited
+// on: its call gives up after a few rounds of yielding, per FailClosed
+// (Stats.Contended), as does one that has waited 2·LockTimeout because new
+// claims kept locking slots of its window.
+//
+// One corner remains, for …At calls only: two claims of one process dated
+// alike (on a clock that stands still, as a test's may) carry the same lock
+// word, so a claim stopped for LockTimeout mid-claim, whose lock was taken
+// over, can wake while a later claim holds the same word and publish its
+// key without looking again: a second bucket. Live calls stamp their locks
+// with a clock reading taken as they lock, and never meet it.
 //
 // # Slots
 //
@@ -101,12 +124,15 @@
 //
 // Moving a slot to a new key is a short protocol of single-word CASes: the
 // old owner's floor is raised, the key word is locked (its top bit set, with
-// the claim's time and process id in the other bits), the TAT is replaced
-// with a value no earlier reader holds, and the new key is published. A
+// the claim's time and process id in the other bits), the window is looked
+// through again for the key and for other claims (see above), the TAT is
+// replaced with a value no earlier reader holds, and the new key is
+// published. A
 // spend reads the TAT, then checks the key word, then CASes the TAT, so it
 // lands on its own key's bucket or not at all. A lock whose holder died or
 // stopped is taken over once it is LockTimeout old (or, by a claim that
-// waited on it, as soon as its process no longer exists); a holder that
+// waited on it, as soon as its process no longer exists, or once that
+// claim has waited LockTimeout); a holder that
 // wakes after that writes nothing more to the slot, since each of its
 // remaining writes is a CAS that the take-over makes fail.
 //

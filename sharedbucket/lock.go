@@ -12,16 +12,18 @@ import (
 // taken over by the next claim that looks at it, or by Stats (counted in
 // Stats.Recovered), and one no process could have written (a time ahead of
 // every caller's clock, or no process id) at once (counted in
-// Stats.Corrupt). A claim that has waited on a younger lock takes it over
-// when its process no longer exists.
+// Stats.Corrupt). A claim waits on a younger lock in its key's probe window
+// (it may be a claim of the same key; see the package doc) and takes it
+// over when its process no longer exists, or once it has waited on it for
+// LockTimeout.
 //
 // Why 100 ms: a live holder keeps its lock for well under a microsecond
 // unless it is descheduled, so a lock this old almost always belongs to a
-// dead or stopped process; and a probe window whose every slot is locked
-// answers new keys per FailClosed (open by default) until then, so the
-// bound should be short. Taking a lock over from a holder that is merely
-// slow is safe (see Table.unlock), so erring short costs nothing but a
-// count.
+// dead or stopped process; and until then claims in its window wait, and a
+// probe window whose every slot is locked answers new keys per FailClosed
+// (open by default), so the bound should be short. Taking a lock over from
+// a holder that is merely slow is safe (see Table.unlock), so erring short
+// costs nothing but a count.
 const LockTimeout = 100 * time.Millisecond
 
 // A key word with lockBit set is a lock. Its other 63 bits say when and by
@@ -118,10 +120,17 @@ func (t *Table) judgeLock(w uint64, now int64, live bool) int {
 //     or a later time (a live claim stamps its lock with a clock reading
 //     taken after it saw the slot free, so at least LockTimeout after the
 //     stale lock's). So a stalled holder that wakes cannot touch the slot:
-//     its claim fails and it claims again elsewhere. (Claims at explicit
-//     times more than LockTimeout apart could, within one process, repeat a
-//     word; the holder that publishes then still starts its key at its
-//     floor, and the other claims again.)
+//     its claim fails and it claims again elsewhere. (A word can repeat
+//     within one process only through explicit times: claims dated more
+//     than LockTimeout apart, or dated alike on a clock that stands still
+//     while a claim waits LockTimeout on a stalled holder and takes its
+//     lock over. If that holder wakes while a later claim holds the same
+//     word, its CASes can land: it still starts its key at its floor and
+//     the other claims again, but it publishes without its second look
+//     through the window, so its key may get a second bucket. A table used
+//     only by live calls never repeats a word: each lock carries a reading
+//     taken after the slot was seen free, LockTimeout after the stale
+//     lock's.)
 //   - An old owner's spend that read the TAT before the lock lands, as
 //     ever, on a TAT that no other key's bucket holds, or not at all.
 func (t *Table) unlock(s *slot, w uint64, state int) bool {

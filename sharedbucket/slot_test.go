@@ -132,28 +132,6 @@ func TestReclaimFullBucket(t *testing.T) {
 	}
 }
 
-func TestSettleDuplicates(t *testing.T) {
-	tb := openTemp(t, slotPolicy, WithSlots(64))
-	h := hashAt(20, 7)
-	home := uint64(20)
-	at := func(i uint64) *slot { return slotAt(tb.slots, home+i) }
-
-	// Another process claimed h further along; ours (earlier) wins and
-	// takes the key away from the later slot.
-	at(5).key.Store(h)
-	at(2).key.Store(h)
-	got := tb.settle(h, home, 2, at(2))
-	assert.Same(t, at(2), got)
-	assert.Zero(t, at(5).key.Load())
-
-	// Another process claimed h earlier; ours gives its slot back.
-	at(1).key.Store(h)
-	got = tb.settle(h, home, 2, at(2))
-	assert.Same(t, at(1), got)
-	assert.Zero(t, at(2).key.Load())
-	assert.Equal(t, 1, pos(tb, h))
-}
-
 // TestGivenBackSlotForgiven: a slot given back (key 0) while a racing spend
 // left debt on it belongs to nobody; the next key claiming it starts full.
 func TestGivenBackSlotForgiven(t *testing.T) {

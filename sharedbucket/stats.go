@@ -28,7 +28,7 @@ type Stats struct {
 	Denied     uint64 // … that denied (bad input is not counted)
 	Evicted    uint64 // live buckets this handle took over for a new key
 	Contended  uint64 // calls that gave up under contention (failed open, or closed)
-	Duplicates uint64 // keys this handle found claimed twice at once (see the package doc)
+	Duplicates uint64 // claims this handle gave back to a racing claim of the same key (they cost nothing; see the package doc)
 	Recovered  uint64 // locks this handle took over from a holder that died or stopped (see LockTimeout)
 	Corrupt    uint64 // impossible words this handle reset: a TAT too far ahead, a lock or a key word no process wrote
 }

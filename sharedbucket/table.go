@@ -46,7 +46,11 @@ type slot struct {
 // Table is one policy's table of per-key buckets in a shared mapping. Every
 // process that opens the same file shares its buckets.
 //
-// A Table is safe for use by many goroutines at once. No method blocks. The
+// A Table is safe for use by many goroutines at once. No method blocks,
+// except that a call that claims a slot for a new key waits for the other
+// claims under way in that key's probe window: a few CASes, or at most
+// about LockTimeout behind a process stopped mid-claim (see the package
+// doc: a key never has two buckets). The
 // zero Table is not usable: get one from Open or Arena.Rate. After Close
 // every decision is a denial (and RetryAfter reports Never).
 //
