@@ -76,3 +76,5 @@ func (e *codeError) Error() string {
 	return e.msg
 }
 func (e *codeError) Unwrap() error { return e.err }
+
+func errorsIsNotHeld(err error) bool { return errors.Is(err, ErrNotHeld) }
