@@ -240,15 +240,22 @@ func (c *Client) Refresh(ctx context.Context) error {
 // goroutine.
 func (c *Client) Run(ctx context.Context) error {
 	for {
-		_ = c.Refresh(ctx)
+		// Why wait first: Bucket has just renewed; a renewal is due one
+		// interval after the last one, whoever made it.
+		if next := c.nextAt.Load(); next != 0 {
+			if d := time.Duration(next - c.clock.Now().UnixNano()); d > 0 {
+				if err := c.sleep(ctx, d); err != nil {
+					return err
+				}
+			}
+		}
+		if c.nextAt.Load() > c.clock.Now().UnixNano() {
+			continue // someone renewed while we slept
+		}
+		if err := c.Refresh(ctx); err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err := ctx.Err(); err != nil {
-			return err
-		}
-		d := time.Duration(c.nextAt.Load() - c.clock.Now().UnixNano())
-		if d <= 0 {
-			d = time.Duration(c.refresh.Load())
-		}
-		if err := c.sleep(ctx, d); err != nil {
 			return err
 		}
 	}

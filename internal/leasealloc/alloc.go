@@ -40,10 +40,17 @@
 // A restarted allocator does not know the leases its predecessor granted,
 // which are in force for up to one lease length. Rather than keep the table
 // in a store (Redis), it follows Doorman's learning mode: for one lease
-// length after New it grants no capacity it has not learned of. A holder
-// renewing with a token and a share (HaveRate, HaveBurst) keeps exactly that
-// share, renewed; everyone else gets nothing until learning ends, by which
-// time every lease the predecessor granted and nobody renewed has expired.
+// length after New it grants only capacity it has learned of. A holder
+// renewing with a token and a share (Seq, HaveRate, HaveBurst) has its
+// lease adopted, exactly as large; the adopted shares of a key form a pool,
+// and until learning ends the key's grants come from that pool alone (so a
+// learned holder that wants less frees capacity for another, and a new
+// holder gets only what the pool has spare). Why that is safe: before the
+// restart the shares in force summed to at most the policy; each adopted
+// share is one of them, so the pool plus the shares of holders not yet
+// heard from still sum to at most the policy, and the pool's grants never
+// exceed the pool. When learning ends, every lease the predecessor granted
+// and nobody renewed has expired.
 // Why this and not the store: it needs no store round trip per renewal and
 // no store at all (the memory and shm stores keep working), it cannot
 // over-grant whatever the store's state, and its cost is bounded and stated
@@ -277,12 +284,19 @@ func (e *entry) reserved(now time.Time) (int64, int64) {
 func (e *entry) end() time.Time { return laterOf(e.acked.until, e.unacked.until) }
 
 // table is the leases of one (policy, key), with the demands kept sorted
-// for the fair share.
+// for the fair share. Why a slice beside the map: every renewal walks all
+// the table's leases once (to drop the expired and sum the reservations),
+// and a slice walks several times faster than a map.
 type table struct {
 	p       mpolicy
 	holders map[string]*entry
+	list    []*entry
 	wants   []int64 // every entry's want, ascending
 	sum     uint64  // of wants
+	// poolRate and poolBurst sum the shares adopted in learning mode: the
+	// capacity a restarted allocator knows of, all it may grant from
+	// until learning ends.
+	poolRate, poolBurst int64
 }
 
 func (t *table) addWant(w int64) {
@@ -298,15 +312,33 @@ func (t *table) removeWant(w int64) {
 	}
 }
 
+func (t *table) add(e *entry) {
+	t.holders[e.holder] = e
+	t.list = append(t.list, e)
+	t.addWant(e.want)
+}
+
+func (t *table) remove(e *entry) {
+	delete(t.holders, e.holder)
+	if i := slices.Index(t.list, e); i >= 0 {
+		last := len(t.list) - 1
+		t.list[i] = t.list[last]
+		t.list[last] = nil
+		t.list = t.list[:last]
+	}
+	t.removeWant(e.want)
+}
+
 // sweep drops the leases that ended by now, returning how many.
 func (t *table) sweep(now time.Time) int {
 	n := 0
-	for h, e := range t.holders {
-		if !now.Before(e.end()) {
-			t.removeWant(e.want)
-			delete(t.holders, h)
+	for i := 0; i < len(t.list); {
+		if e := t.list[i]; !now.Before(e.end()) {
+			t.remove(e) // moves the last entry to i
 			n++
+			continue
 		}
+		i++
 	}
 	return n
 }
@@ -314,7 +346,7 @@ func (t *table) sweep(now time.Time) int {
 // reservedExcept sums the reservations of every lease but skip at now.
 func (t *table) reservedExcept(now time.Time, skip *entry) (int64, int64) {
 	var r, b int64
-	for _, e := range t.holders {
+	for _, e := range t.list {
 		if e != skip {
 			er, eb := e.reserved(now)
 			r += er
@@ -467,8 +499,7 @@ func (a *Allocator) renewKey(now time.Time, holder string, k tkey, kr *lease.Key
 		// Why at once: the holder capped itself at zero before it sent this,
 		// and it sends one request at a time, so no grant of this lease is
 		// in force or on its way to it any more.
-		t.removeWant(e.want)
-		delete(t.holders, holder)
+		t.remove(e)
 		a.leases--
 		a.dropIfEmpty(k, t)
 		a.stats.Released++
@@ -503,12 +534,13 @@ func (a *Allocator) renewKey(now time.Time, holder string, k tkey, kr *lease.Key
 			e.token, e.seq, e.ackedSeq, e.learned = kr.Token, kr.Seq, kr.Seq, true
 			e.acked = share{max(hr, 0), max(hb, 0), now.Add(a.cfg.Lease)}
 			e.last = e.acked
+			t.poolRate += e.acked.rate
+			t.poolBurst += e.acked.burst
 		} else {
 			e.token = a.newToken(now)
 		}
-		t.holders[holder] = e
 		e.want = want
-		t.addWant(want)
+		t.add(e)
 		a.leases++
 	} else {
 		e.ack(kr, p)
@@ -516,20 +548,20 @@ func (a *Allocator) renewKey(now time.Time, holder string, k tkey, kr *lease.Key
 		e.want = want
 		t.addWant(want)
 	}
-	var rate, burst int64
+	budgetRate, budgetBurst := p.rate, p.burst
 	if learning {
-		// Renew what the holder enforces, no more: capacity we have not
-		// learned of may be in force elsewhere.
-		rate, burst = e.acked.at(now)
-	} else {
-		or, ob := t.reservedExcept(now, e)
-		rate = min(t.target(a.cfg.Algorithm, want), p.rate-or)
-		burst = min(p.burstFor(rate), p.burst-ob)
-		if burst <= 0 || rate <= 0 {
-			// A rate without a token of burst admits nothing: leave both
-			// to holders that can use them.
-			rate, burst = 0, 0
-		}
+		// Grant only from capacity learned of: what the adopted leases
+		// held. The rest may be in force at holders that have not renewed
+		// yet (see the package doc).
+		budgetRate, budgetBurst = t.poolRate, t.poolBurst
+	}
+	or, ob := t.reservedExcept(now, e)
+	rate := min(t.target(a.cfg.Algorithm, want), budgetRate-or)
+	burst := min(p.burstFor(rate), budgetBurst-ob)
+	if burst <= 0 || rate <= 0 {
+		// A rate without a token of burst admits nothing: leave both to
+		// holders that can use them.
+		rate, burst = 0, 0
 	}
 	e.seq++
 	e.last = share{rate, burst, now.Add(a.cfg.Lease)}
@@ -626,7 +658,7 @@ func (a *Allocator) HoldersAt(now time.Time, policy, key string) []Holder {
 		return nil
 	}
 	var hs []Holder
-	for _, e := range t.holders {
+	for _, e := range t.list {
 		if !now.Before(e.end()) {
 			continue
 		}

@@ -419,3 +419,30 @@ func TestErrCodesRoundTrip(t *testing.T) {
 	assert.False(t, errors.Is(lease.Err("weird", ""), lease.ErrNotHeld))
 	assert.Equal(t, "error", lease.Code(errors.New("x")))
 }
+
+// In learning mode the adopted shares form a pool: what a learned holder
+// gives up goes to another holder, and never more than the pool.
+func TestLearningPool(t *testing.T) {
+	a := newAlloc(t, leasealloc.FairShare)
+	x := &holder{name: "x", want: 60, capToWant: true}
+	x.renew(t, a, t0)
+	x.renew(t, a, t0.Add(5*sec))
+	restart := t0.Add(6 * sec)
+	b, err := leasealloc.New(leasealloc.Config{
+		Policies: map[string]leasealloc.Policy{"p": {Rate: 100, Burst: 100}}, Lease: 20 * sec, Refresh: 5 * sec}, restart)
+	require.NoError(t, err)
+	y := &holder{name: "y", want: 50}
+	y.renew(t, b, restart)
+	assert.Zero(t, y.rate, "the pool is empty")
+	x.want = 20
+	x.renew(t, b, restart.Add(sec)) // adopted at 20 (it lowered itself first)
+	assert.InDelta(t, 20, x.rate, 1e-9)
+	y.renew(t, b, restart.Add(2*sec))
+	assert.Zero(t, y.rate, "x's 40 was given up before the restart: not learned of")
+	x.want = 5
+	x.renew(t, b, restart.Add(3*sec))
+	y.renew(t, b, restart.Add(4*sec))
+	assert.InDelta(t, 15, y.rate, 1e-9, "what x gave up after adoption goes to y")
+	r, _ := b.ReservedAt(restart.Add(4*sec), "p", "k")
+	assert.InDelta(t, 20, r, 1e-9, "the pool's 20, no more")
+}
