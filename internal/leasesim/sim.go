@@ -43,14 +43,15 @@ type Config struct {
 	DemandEvery             time.Duration
 	// Mishaps, one every MishapEvery (0: none), drawn with these weights
 	// (Doorman's: 5 spike, 10 master election, 15 master lost for up to
-	// 60 s; we add the death of a replica): a replica's demand jumps by
-	// Spike; the server restarts (learning mode); the server is unreachable
-	// for up to Outage; a replica dies and comes back within Outage as a
-	// new process.
-	MishapEvery                       time.Duration
-	SpikeW, RestartW, OutageW, DeathW int
-	Spike                             float64
-	Outage                            time.Duration
+	// 60 s; we add a replica's death and a replica cut off): a replica's
+	// demand jumps by Spike; the server restarts (learning mode); the
+	// server is unreachable for up to Outage; a replica dies and comes back
+	// within Outage as a new process; one replica cannot reach the server
+	// for up to Outage (the others can).
+	MishapEvery                                   time.Duration
+	SpikeW, RestartW, OutageW, DeathW, PartitionW int
+	Spike                                         float64
+	Outage                                        time.Duration
 	// ServerDrift is how much faster the server's clock runs than the
 	// replicas' (0.004 is 0.4%; negative: slower); ClientDrift is the
 	// replicas' margin (lease.Options.Drift; 0 is its default, negative
@@ -69,14 +70,14 @@ type Config struct {
 // seven): 45 clients sharing a capacity of 500, each wanting 15 at first
 // and changing by up to 10% every 10 s, a mishap every minute, for an hour.
 // Doorman's master election is our server restart, its lost master our
-// unreachable server; a replica's death is added. Leases last 60 s (the
+// unreachable server; a replica's death and a replica cut off are added. Leases last 60 s (the
 // design doc's default), renewed every 5 s (its README's).
 func Doorman(seed uint64) Config {
 	return Config{
 		Replicas: 45, Rate: 500, Burst: 500, Lease: 60 * time.Second, Refresh: 5 * time.Second,
 		Length: time.Hour, RTT: 2 * time.Millisecond, MaxWait: 50 * time.Millisecond,
 		DemandStart: 15, DemandStep: 0.1, DemandEvery: 10 * time.Second,
-		MishapEvery: time.Minute, SpikeW: 5, RestartW: 10, OutageW: 15, DeathW: 5,
+		MishapEvery: time.Minute, SpikeW: 5, RestartW: 10, OutageW: 15, DeathW: 5, PartitionW: 5,
 		Spike: 100, Outage: 60 * time.Second,
 		ServerDrift: 0.004, Seed: seed,
 	}
@@ -102,12 +103,12 @@ type Sample struct {
 
 // Result is one run's record and figures.
 type Result struct {
-	Config                            Config
-	Samples                           []Sample // one a second
-	Admits                            []time.Duration
-	RPCs                              int64
-	Failures                          int64 // renewals that failed (outages)
-	Deaths, Outages, Restarts, Spikes int
+	Config                                        Config
+	Samples                                       []Sample // one a second
+	Admits                                        []time.Duration
+	RPCs                                          int64
+	Failures                                      int64 // renewals that failed (outages)
+	Deaths, Outages, Restarts, Spikes, Partitions int
 
 	// Excess is the largest admitted − (burst + rate·(e − s)) over every
 	// window [s, e], in tokens: ≤ 0 means the bound held.
@@ -133,6 +134,7 @@ type replica struct {
 	id     int
 	demand float64
 	alive  bool
+	cut    bool // cannot reach the server
 	client *lease.Client
 	bucket *lease.Bucket
 	stop   context.CancelFunc
@@ -235,13 +237,13 @@ func (s *sim) serverNow(ctx context.Context) time.Time {
 
 func (s *sim) drawDemand() float64 { return s.cfg.DemandStart }
 
-func (s *sim) transport() lease.Transport {
+func (s *sim) transport(r *replica) lease.Transport {
 	return lease.TransportFunc(func(ctx context.Context, req *lease.Request) (*lease.Response, error) {
 		s.res.RPCs++
 		if err := sched.Sleep(ctx, s.cfg.RTT/2); err != nil {
 			return nil, err
 		}
-		if s.down {
+		if s.down || r.cut {
 			s.res.Failures++
 			return nil, errors.New("leasesim: server unreachable")
 		}
@@ -261,7 +263,7 @@ func (s *sim) transport() lease.Transport {
 func (s *sim) startReplica(ctx context.Context, r *replica) error {
 	ctx, cancel := context.WithCancel(ctx)
 	r.gen++
-	c, err := lease.NewClient(ctx, s.transport(), lease.Options{
+	c, err := lease.NewClient(ctx, s.transport(r), lease.Options{
 		Holder: fmt.Sprintf("r%d.%d", r.id, r.gen), Refresh: s.cfg.Refresh, Drift: s.cfg.ClientDrift})
 	if err != nil {
 		cancel()
@@ -342,7 +344,7 @@ func (s *sim) mishaps(ctx context.Context) error {
 	if s.cfg.MishapEvery <= 0 {
 		return nil
 	}
-	total := s.cfg.SpikeW + s.cfg.RestartW + s.cfg.OutageW + s.cfg.DeathW
+	total := s.cfg.SpikeW + s.cfg.RestartW + s.cfg.OutageW + s.cfg.DeathW + s.cfg.PartitionW
 	for sched.Sleep(ctx, s.cfg.MishapEvery) == nil {
 		m := s.rng.IntN(total)
 		r := s.rs[s.rng.IntN(len(s.rs))]
@@ -367,6 +369,17 @@ func (s *sim) mishaps(ctx context.Context) error {
 			sched.Go(ctx, func(ctx context.Context) error {
 				_ = sched.Sleep(ctx, out)
 				s.down = false
+				return nil
+			})
+		case m >= total-s.cfg.PartitionW:
+			if r.cut {
+				continue
+			}
+			s.res.Partitions++
+			r.cut = true
+			sched.Go(ctx, func(ctx context.Context) error {
+				_ = sched.Sleep(ctx, out)
+				r.cut = false
 				return nil
 			})
 		default:
