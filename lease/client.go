@@ -204,10 +204,11 @@ func (c *Client) Refresh(ctx context.Context) error {
 	c.mu.Lock()
 	bs := append([]*Bucket(nil), c.order...)
 	c.mu.Unlock()
+	sent := c.clock.Now()
 	if len(bs) == 0 {
+		c.nextAt.Store(sent.Add(time.Duration(c.refresh.Load())).UnixNano())
 		return nil
 	}
-	sent := c.clock.Now()
 	req := &Request{Holder: c.holder, Keys: make([]KeyRequest, len(bs))}
 	for i, b := range bs {
 		req.Keys[i] = b.report(sent)

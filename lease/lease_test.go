@@ -257,3 +257,23 @@ func TestGoroutineMode(t *testing.T) {
 }
 
 var _ ratelimiter.SharedBucket = (*lease.Bucket)(nil)
+
+// A client with no keys sends nothing, and its Run parks between
+// intervals instead of spinning.
+func TestRunWithoutKeys(t *testing.T) {
+	s := newServer(t, 100, 100)
+	run(t, func(ctx context.Context) error {
+		c, _ := lease.NewClient(ctx, s.transport(), lease.Options{})
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		sched.Daemon(rctx, c.Run)
+		require.NoError(t, sched.Sleep(ctx, 12*sec))
+		assert.Zero(t, s.rpcs.Load())
+		b, err := c.Bucket(ctx, "p", "k")
+		require.NoError(t, err)
+		require.NoError(t, sched.Sleep(ctx, 11*sec))
+		assert.Equal(t, int64(3), s.rpcs.Load(), "Bucket's, then one each 5 s")
+		assert.NotNil(t, b)
+		return nil
+	})
+}
