@@ -36,6 +36,11 @@ type Config struct {
 	RTT      time.Duration // each renewal's round trip
 	// MaxWait is how long a request waits in Acquire before it is dropped.
 	MaxWait time.Duration
+	// Batch, when nonzero, sends each replica's requests in batches at
+	// the same instants (every Batch from the start) instead of evenly
+	// spaced: buckets fill between batches and every replica drains its
+	// own at once, the worst case for the bound.
+	Batch time.Duration
 	// Demand: each replica starts wanting DemandStart tokens a second and,
 	// every DemandEvery, moves by up to DemandStep of it, up or down, at
 	// random (Doorman's simulation: 15, 10%, 10 s).
@@ -297,6 +302,10 @@ func (s *sim) startReplica(ctx context.Context, r *replica) error {
 // caller sends requests at r's demand, evenly spaced; each waits at most
 // MaxWait in Acquire, else it is dropped.
 func (s *sim) caller(ctx context.Context, r *replica, lim *ratelimiter.Limiter) {
+	if s.cfg.Batch > 0 {
+		s.batches(ctx, r, lim)
+		return
+	}
 	next := sched.Now(ctx)
 	for ctx.Err() == nil {
 		if r.demand <= 0 {
@@ -319,6 +328,29 @@ func (s *sim) caller(ctx context.Context, r *replica, lim *ratelimiter.Limiter) 
 		wctx, cancel := sched.WithTimeout(ctx, s.cfg.MaxWait)
 		_ = lim.Acquire(wctx, 1)
 		cancel()
+	}
+}
+
+// batches sends r's requests of each Batch at its start, one after another.
+func (s *sim) batches(ctx context.Context, r *replica, lim *ratelimiter.Limiter) {
+	for {
+		el := sched.Now(ctx).Sub(s.start)
+		next := (el/s.cfg.Batch + 1) * s.cfg.Batch
+		if sched.Sleep(ctx, next-el) != nil {
+			return
+		}
+		n := int(r.demand*s.cfg.Batch.Seconds() + 0.5)
+		for range n {
+			if ctx.Err() != nil {
+				return
+			}
+			if lim.TryAcquire(1) {
+				continue
+			}
+			wctx, cancel := sched.WithTimeout(ctx, s.cfg.MaxWait)
+			_ = lim.Acquire(wctx, 1)
+			cancel()
+		}
 	}
 }
 
