@@ -9,7 +9,8 @@
 //	c, _ := lease.NewClient(ctx, transport, lease.Options{})
 //	go c.Run(ctx)                       // renew every interval
 //	b, _ := c.Bucket(ctx, "api", "tenant-a")
-//	lim, _ := ratelimiter.New(ctx, b.Rate(), int(b.Burst()), ratelimiter.Shared(b))
+//	rate, burst := b.Limit() // the policy's; only validated under Shared
+//	lim, _ := ratelimiter.New(ctx, rate, int(burst), ratelimiter.Shared(b))
 //	lim.Acquire(ctx, 1)                 // blocking FIFO, local speed
 //
 // gives the blocking FIFO Acquire over the global limit, with no round trip
