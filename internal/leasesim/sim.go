@@ -36,6 +36,10 @@ type Config struct {
 	RTT      time.Duration // each renewal's round trip
 	// MaxWait is how long a request waits in Acquire before it is dropped.
 	MaxWait time.Duration
+	// Measured leaves the demand to the replicas' own measure (admitted
+	// since the last renewal, and whether callers waited) instead of
+	// declaring it with Bucket.Want.
+	Measured bool
 	// Batch, when nonzero, sends each replica's requests in batches at
 	// the same instants (every Batch from the start) instead of evenly
 	// spaced: buckets fill between batches and every replica drains its
@@ -282,7 +286,9 @@ func (s *sim) startReplica(ctx context.Context, r *replica) error {
 		}
 		b, err = c.Bucket(ctx, "p", "k")
 	}
-	b.Want(r.demand)
+	if !s.cfg.Measured {
+		b.Want(r.demand)
+	}
 	r.client, r.bucket, r.stop, r.alive = c, b, cancel, true
 	now := func() time.Time { return sched.Now(ctx) }
 	lim, err := ratelimiter.New(ctx, max(b.Rate(), 1), int(b.Burst()), ratelimiter.Shared(record{b, s, now}))
@@ -366,7 +372,7 @@ func (s *sim) demands(ctx context.Context) error {
 
 func (s *sim) setDemand(r *replica, d float64) {
 	r.demand = d
-	if r.alive {
+	if r.alive && !s.cfg.Measured {
 		r.bucket.Want(d)
 	}
 }
@@ -486,7 +492,7 @@ func (s *sim) shifter(ctx context.Context) error {
 	}
 	for i, r := range s.rs {
 		r.demand = s.cfg.ShiftTo(i)
-		if r.alive {
+		if r.alive && !s.cfg.Measured {
 			r.bucket.Want(r.demand)
 		} else {
 			sched.Go(ctx, func(ctx context.Context) error { return s.startReplica(ctx, r) })
