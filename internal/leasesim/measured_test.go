@@ -17,7 +17,7 @@ func TestDoormanMeasured(t *testing.T) {
 	t.Parallel()
 	cfg := leasesim.Doorman(1)
 	cfg.Measured = true
-	cfg.Length = length(30*time.Minute, 5*time.Minute)
+	cfg.Length = length(30*time.Minute, 3*time.Minute)
 	r, err := leasesim.Run(cfg)
 	require.NoError(t, err)
 	logResult(t, r)

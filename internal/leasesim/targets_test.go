@@ -36,7 +36,7 @@ func logResult(t *testing.T, r *leasesim.Result) {
 func TestDoorman(t *testing.T) {
 	t.Parallel()
 	cfg := leasesim.Doorman(1)
-	cfg.Length = length(time.Hour, 10*time.Minute)
+	cfg.Length = length(time.Hour, 5*time.Minute)
 	r, err := leasesim.Run(cfg)
 	require.NoError(t, err)
 	logResult(t, r)
@@ -67,7 +67,7 @@ func TestRPCRate(t *testing.T) {
 	t.Parallel()
 	cfg := leasesim.Doorman(2)
 	cfg.MishapEvery = 0
-	cfg.Length = length(20*time.Minute, 5*time.Minute)
+	cfg.Length = length(20*time.Minute, 3*time.Minute)
 	r, err := leasesim.Run(cfg)
 	require.NoError(t, err)
 	logResult(t, r)
@@ -77,13 +77,13 @@ func TestRPCRate(t *testing.T) {
 	assert.GreaterOrEqual(t, r.Utilization, 0.99)
 }
 
-// shift is a run whose demand steps at 2 min.
+// shift is a run whose demand steps at 30 s.
 func shift(from, to func(i int) float64) leasesim.Config {
 	cfg := leasesim.Doorman(3)
 	cfg.MishapEvery = 0
 	cfg.DemandEvery = time.Hour
-	cfg.Length = 3 * time.Minute
-	cfg.Shift, cfg.ShiftFrom, cfg.ShiftTo = 2*time.Minute, from, to
+	cfg.Length = 50 * time.Second
+	cfg.Shift, cfg.ShiftFrom, cfg.ShiftTo = 30*time.Second, from, to
 	return cfg
 }
 
@@ -144,7 +144,7 @@ func TestShiftFollows(t *testing.T) {
 func TestDrift(t *testing.T) {
 	t.Parallel()
 	base := leasesim.Doorman(4)
-	base.Length = length(30*time.Minute, 10*time.Minute)
+	base.Length = length(30*time.Minute, 4*time.Minute)
 	base.ServerDrift = 0.05
 	base.MishapEvery, base.Outage = 20*time.Second, 90*time.Second
 	base.SpikeW, base.RestartW, base.OutageW, base.DeathW, base.PartitionW = 0, 0, 0, 0, 1
@@ -190,7 +190,7 @@ func TestExcess(t *testing.T) {
 func TestBatchesNearTheBound(t *testing.T) {
 	t.Parallel()
 	cfg := leasesim.Doorman(5)
-	cfg.Length = length(20*time.Minute, 5*time.Minute)
+	cfg.Length = length(20*time.Minute, 3*time.Minute)
 	cfg.Batch = 3 * time.Second
 	r, err := leasesim.Run(cfg)
 	require.NoError(t, err)
