@@ -311,16 +311,38 @@ func AfterFunc(ctx context.Context, f func()) (stop func() bool) {
 	if l == nil {
 		return context.AfterFunc(ctx, f)
 	}
+	// Listed until f has returned or stop has prevented it: f may wake a
+	// fiber, and a cancel on another goroutine runs it there, after ctx is
+	// done; an idle loop waits for it rather than report a deadlock (see
+	// loop.awaitParked).
+	cb := l.addCallback(ctx)
+	run := func() {
+		f()
+		l.dropCallback(cb)
+	}
 	if c := nearestLoopCtx(ctx); c != nil {
-		return c.AfterFunc(f)
+		stop := c.AfterFunc(run)
+		return func() bool {
+			if !stop() {
+				return false
+			}
+			l.dropCallback(cb)
+			return true
+		}
 	}
 	n := &watch{ctx: ctx}
 	n.fire = func() {
-		f()
+		run()
 		l.unwatch(n)
 	}
 	l.addWatch(n)
-	return func() bool { return l.removeWatch(n, true) }
+	return func() bool {
+		if !l.removeWatch(n, true) {
+			return false
+		}
+		l.dropCallback(cb)
+		return true
+	}
 }
 
 // WithTimeout is WithDeadline(ctx, Now(ctx).Add(d)).

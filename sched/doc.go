@@ -32,7 +32,12 @@
 // goroutine lands no later than the first scheduling decision after it
 // returned. context.AfterFunc always runs its function on a goroutine of its
 // own; use AfterFunc of this package for a callback at a fixed point of the
-// schedule.
+// schedule. A standard child of a wrapper that hides this package's
+// contexts (struct{ context.Context }{ctx}, a type of your own) learns of
+// its parent's end on a goroutine the standard library starts; under a
+// virtual clock the loop waits for that end to land before time moves, so
+// the wait on such a child still ends at the parent's virtual deadline,
+// though fibers runnable at that instant may run first.
 //
 // What a wait costs per scheduling decision: nothing, for a wait on a
 // context of this package, and for one on a standard context made directly

@@ -37,7 +37,12 @@ func (p ParkedFiber) String() string {
 // A DeadlockError is returned by Run under a virtual clock when fibers are
 // parked and nothing can ever wake them: no fiber can run, no timer is
 // armed or being fired (by another goroutine advancing a WithVirtualClock
-// clock) and no Blocking call is in flight.
+// clock), no Blocking call is in flight, and no wake has begun on its way
+// (a context a fiber waits on, or an ancestor of it, ended by another
+// goroutine, or by the standard library's goroutine that carries a
+// wrapper's end to its child; a Wake already won; an AfterFunc callback
+// still running). A goroutine that has not yet begun to cancel or wake is
+// one the loop cannot know of: use Blocking for such work.
 type DeadlockError struct {
 	At     time.Time // the virtual time at which the loop gave up
 	Parked []ParkedFiber

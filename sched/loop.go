@@ -40,14 +40,17 @@ type loop struct {
 	failed           []*Fiber
 	idle             []*worker // coroutines free for the next fiber
 	ended            atomic.Bool
-	afterRun         *loopCtx // cancelled when the run ends; see AfterRun
+	afterRun         *loopCtx          // cancelled when the run ends; see AfterRun
+	scratch          []context.Context // watchEnding's copy of the settled watches' contexts
 
 	mu        sync.Mutex // guards the fields below, shared with other goroutines
 	inbox     []*Fiber   // fibers woken from anywhere, in wake order
 	spare     []*Fiber
-	blocking  int       // Blocking calls in flight
-	watched   watchList // settled watches (see watch), in registration order
-	sleeping  bool      // the loop is blocked on notify
+	blocking  int                    // Blocking calls in flight
+	watched   watchList              // settled watches (see watch), in registration order
+	callbacks map[*callback]struct{} // AfterFunc callbacks not yet returned nor stopped
+	cbDone    uint64                 // callbacks returned or stopped so far
+	sleeping  bool                   // the loop is blocked on notify
 	notify    chan struct{}
 	inboxLen  atomic.Int32 // len(inbox), read without mu to skip an empty drain
 	nblocking atomic.Int32 // blocking, read without mu (see awaitOutside)
@@ -337,10 +340,16 @@ var noFires atomic.Int32
 // another goroutine has taken off the queue and is firing (vclock's
 // Advance on a WithVirtualClock clock), or wakes already in the inbox, and
 // reports whether there was one; false means none can come, so virtual time
-// may move or the loop report a deadlock. Watched contexts need no look
-// here: the drain at the top of the same iteration has just settled every
-// one that was done, one scan per decision (a cancel from another
-// goroutine in between lands at the next decision).
+// may move or the loop report a deadlock. Watched contexts: the drain at
+// the top of the same iteration has just settled every one that was done,
+// one scan per decision; one that is ending (done since, or inheriting an
+// ancestor's end that the standard library has yet to carry down, see
+// watchEnding) counts as a wake still to come, since its watch's poke will
+// wake the loop. Other waits get no look here, which would cost O(waits)
+// per decision: a cancel on another goroutine ends them on that goroutine,
+// and one caught halfway (the context done, its wake not yet in the inbox)
+// lands once that goroutine goes on, after time may have moved; the loop
+// waits for it before it reports a deadlock (see awaitParked).
 //
 // Why the look and the sleep are one step under l.mu: a Blocking goroutine
 // wakes its fiber and only then drops the count, and the fiber may have run
@@ -356,20 +365,24 @@ func (l *loop) awaitOutside() bool {
 		l.hookIdle()
 	}
 	// The common case without the lock: no Blocking call in flight (only
-	// a fiber starts one, and none runs now), no fire in flight and no
-	// wake in the inbox. In this order: a Blocking goroutine or a fire
-	// wakes its fiber before its count drops, so a count seen at zero
-	// comes with that wake seen.
-	if l.nblocking.Load() == 0 && l.firing.Load() == 0 && l.inboxLen.Load() == 0 {
+	// a fiber starts one, and none runs now), no fire in flight, no wake
+	// in the inbox and no settled watch. In this order: a Blocking
+	// goroutine or a fire wakes its fiber before its count drops, so a
+	// count seen at zero comes with that wake seen.
+	if l.nblocking.Load() == 0 && l.firing.Load() == 0 && l.inboxLen.Load() == 0 && l.nwatched.Load() == 0 {
 		return false
 	}
+	// Outside l.mu: it calls the watched contexts' own methods. A context
+	// that ends after this look wakes the loop through its watch's poke,
+	// which signals whether or not the loop sleeps yet.
+	ending := l.nwatched.Load() > 0 && l.watchEnding()
 	l.mu.Lock()
 	if len(l.inbox) > 0 {
 		l.mu.Unlock()
 		return true
 	}
 	l.awaiting.Store(true)
-	if l.blocking == 0 && l.firing.Load() == 0 {
+	if l.blocking == 0 && l.firing.Load() == 0 && !ending {
 		// A fire whose count has dropped delivered its wake first,
 		// through ready, which takes l.mu: before the inbox's look,
 		// then. A count of zero means no wake is on its way.
@@ -380,6 +393,133 @@ func (l *loop) awaitOutside() bool {
 	l.sleepLocked()
 	l.awaiting.Store(false)
 	return true
+}
+
+// watchEnding reports whether a settled watch's context is ending (see
+// ending): done since the last settle, or inheriting the end of an ancestor
+// that is done, which the standard library carries down on a goroutine of
+// its own (a standard child of a wrapper that hides a loop context's
+// AfterFunc, ended by that context's timer). Its end is on its way, and
+// its watch's poke (context.AfterFunc on the context) signals the loop when
+// it lands: virtual time must not move, nor a deadlock be reported, before
+// then. O(settled watches), as settle is; run only when the loop is idle.
+// Loop goroutine only (it uses l.scratch).
+func (l *loop) watchEnding() bool {
+	ctxs := l.scratch[:0]
+	l.mu.Lock()
+	for n := l.watched.front(); n != nil; n = next(n) {
+		if !n.fired {
+			ctxs = append(ctxs, n.ctx)
+		}
+	}
+	l.mu.Unlock()
+	found := false
+	for i, ctx := range ctxs {
+		if !found && ending(ctx) {
+			found = true
+		}
+		ctxs[i] = nil
+	}
+	l.scratch = ctxs[:0]
+	return found
+}
+
+// awaitParked is the idle loop's last look before it reports a deadlock:
+// whether a wake is still on its way to a parked fiber from a goroutine
+// that has begun to deliver it, and if so it waits for it and reports
+// true. Two signs, for each parked fiber's wait:
+//
+//   - the Waiter is no longer pending: a Wake or a cancellation has won it
+//     on another goroutine, which has yet to put the fiber in the inbox
+//     (an OnCancel may run in between, taking locks);
+//   - the wait's context has ended or is ending (see ending): a cancel on
+//     another goroutine has closed it and not yet reached the code that
+//     ends the waits on it (context.WithCancel's cancel closes the context
+//     first, then tells its parent's AfterFunc registration), or the
+//     standard library's goroutine has yet to carry an ancestor's end down.
+//
+// And one sign outside the fibers: an AfterFunc callback, not returned yet,
+// whose context has ended or is ending (a cancel on another goroutine runs
+// it there, and it may wake a fiber waiting on something else).
+//
+// Each wake is delivered through ready, which signals a loop marked asleep
+// under l.mu, or through a watch's poke, which always signals, or, for a
+// callback that woke nobody, through its return (dropCallback); all come
+// after the sign this looked at, so the sleep below cannot miss them. A
+// wait whose context has not begun to end is a deadlock: the loop cannot
+// know of a goroutine that will cancel it later. O(fibers + callbacks), on
+// the path to a DeadlockError only.
+func (l *loop) awaitParked() bool {
+	found := false
+	for f := l.alive.front(); f != nil && !found; f = next(f) {
+		w := f.parkedOn
+		if w == nil {
+			continue
+		}
+		found = w.state.Load()&stateMask != statePending ||
+			(w.waitCtx != nil && ending(w.waitCtx))
+	}
+	// An AfterFunc callback whose context has ended, not returned yet,
+	// may still wake a fiber: a cancel on another goroutine runs it there.
+	// Its return wakes the loop (dropCallback), when it woke nobody; the
+	// count tells one that returned between this look and the sleep.
+	l.mu.Lock()
+	cbDone := l.cbDone
+	var ctxs []context.Context
+	if !found {
+		for cb := range l.callbacks {
+			ctxs = append(ctxs, cb.ctx)
+		}
+	}
+	l.mu.Unlock()
+	for _, ctx := range ctxs {
+		if ending(ctx) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	l.mu.Lock()
+	if len(l.inbox) > 0 || l.cbDone != cbDone {
+		l.mu.Unlock()
+		return true
+	}
+	l.sleepLocked()
+	return true
+}
+
+// A callback is one AfterFunc registration, listed on its loop from
+// AfterFunc until its function has returned or stop has unregistered it.
+type callback struct{ ctx context.Context }
+
+func (l *loop) addCallback(ctx context.Context) *callback {
+	cb := &callback{ctx: ctx}
+	l.mu.Lock()
+	if l.callbacks == nil {
+		l.callbacks = make(map[*callback]struct{})
+	}
+	l.callbacks[cb] = struct{}{}
+	l.mu.Unlock()
+	return cb
+}
+
+// dropCallback unlists cb, once; it wakes a loop asleep in awaitParked,
+// which may be waiting for this callback (one that woke no fiber, say).
+func (l *loop) dropCallback(cb *callback) {
+	l.mu.Lock()
+	if _, ok := l.callbacks[cb]; !ok {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.callbacks, cb)
+	l.cbDone++
+	sleeping := l.sleeping
+	l.mu.Unlock()
+	if sleeping {
+		l.signal()
+	}
 }
 
 // fireEnded runs, on the goroutine that fired, when the virtual clock's
@@ -539,6 +679,11 @@ func (l *loop) run() {
 		// A fire that ended meanwhile may have ended a watched context
 		// instead of waking a fiber through the inbox: settle it.
 		if l.drain(); l.runq.size > 0 {
+			continue
+		}
+		// A wake that another goroutine has begun to deliver (a cancel
+		// in flight) is no deadlock: wait for it.
+		if l.awaitParked() {
 			continue
 		}
 		l.failure = l.deadlock()

@@ -162,3 +162,61 @@ func linkInit() (ok bool) {
 	}
 	return true
 }
+
+// ending reports whether ctx has ended, or is ending: ctx is done, or an
+// ancestor it inherits its end from is, and the standard library (or this
+// package, on the goroutine that cancelled) is carrying that end down to
+// ctx. Either way something will end ctx, and the waits on it, without the
+// loop doing anything: an idle loop that finds a wait on such a context
+// waits for that wake instead of moving time or reporting a deadlock.
+//
+// Why look at ancestors: a standard child of a parent the standard library
+// cannot see through (a wrapper type that hides the parent's AfterFunc,
+// struct{ context.Context }{ctx}, a caller's own type) learns of its
+// parent's end on a goroutine the standard library starts for it, whenever
+// the Go scheduler runs that goroutine; until then the child is not done,
+// though nothing can stop it from ending.
+//
+// The walk goes up only through links whose end is certain to propagate:
+// the parent a standard cancelCtx was made from (read as linkedAfterFunc
+// reads it), the parent of a loop context, and through value wrappers of
+// either (same Done channel). It stops at a context whose Done is nil
+// (context.WithoutCancel: nothing above it reaches ctx) or one it cannot see
+// through. It calls the contexts' own methods: never under a lock of ours.
+func ending(ctx context.Context) bool {
+	for ctx != nil {
+		if ctx.Done() == nil {
+			return false
+		}
+		if ctx.Err() != nil {
+			return true
+		}
+		ctx = parentOf(ctx)
+	}
+	return false
+}
+
+// parentOf returns the context ctx inherits its end from, when ctx is (a
+// value wrapper of) a loop context or a standard cancelCtx; else nil.
+func parentOf(ctx context.Context) context.Context {
+	done := ctx.Done()
+	if c, _ := ctx.Value(ctxKey{}).(*loopCtx); c != nil && c.done == done {
+		return c.parent
+	}
+	if !link.ok {
+		return nil
+	}
+	k := ctx.Value(link.key)
+	if k == nil || reflect.TypeOf(k) != link.cancelCtx {
+		return nil
+	}
+	if kc, ok := k.(context.Context); !ok || kc.Done() != done {
+		return nil
+	}
+	// The cancelCtx's embedded Context: its parent, set once as it was
+	// made. A parent with an AfterFunc method (a loop context) is held
+	// inside a stopCtx, which embeds it too: walking on from the stopCtx
+	// reaches that context through its Value (same Done).
+	kp := (*eface)(unsafe.Pointer(&k)).data
+	return *(*context.Context)(unsafe.Add(kp, link.parentOff))
+}

@@ -58,6 +58,14 @@ type Waiter struct {
 
 	// Registration with a loop context, guarded by that context's mu.
 	ctx *loopCtx
+
+	// The context of the wait in progress when it can end, set by Wait
+	// on the loop's goroutine while the fiber is parked in it, nil
+	// otherwise. Why: an idle loop about to report a deadlock looks at it
+	// (see loop.awaitParked); a context ended, or ending, means a wake is
+	// on its way from the goroutine that ends it. Last: a wake never
+	// touches it.
+	waitCtx context.Context
 }
 
 type waiterGen struct {
@@ -181,8 +189,10 @@ func (w *Waiter) Wait(ctx context.Context) error {
 			// scheduling decision after ctx is done (see loop.watch).
 			watched = w.l.watch(ctx, func() { w.cancelGen(gen) })
 		}
+		w.waitCtx = ctx
 	}
 	w.l.park(w.f, w)
+	w.waitCtx = nil
 	if watched != nil {
 		w.l.unwatch(watched)
 	} else if reg != nil {

@@ -383,3 +383,35 @@ func TestStoppedFiberLeavesQueue(t *testing.T) {
 	s.Release(2)
 	assert.True(t, s.TryAcquire(2), "the permits were not handed to the dead fiber")
 }
+
+// An Acquire under a context the loop cannot see through (a standard child
+// of a wrapper that hides the loop context's AfterFunc) ends when the
+// wrapped sched.WithTimeout does, at its virtual deadline, under every
+// seed: not a DeadlockError (nothing else is armed) nor a wake at the next
+// timer (another fiber sleeps an hour). The permits stay whole.
+func TestAcquireUnderWrappedTimeoutEndsAtItsDeadline(t *testing.T) {
+	for _, other := range []bool{false, true} {
+		for seed := range uint64(20) {
+			s := semaphore.New(1)
+			var woke time.Time
+			err := sched.Run(context.Background(), func(ctx context.Context) error {
+				if other {
+					sched.Go(ctx, func(ctx context.Context) error { return sched.Sleep(ctx, time.Hour) })
+				}
+				require.True(t, s.TryAcquire(1))
+				tctx, tcancel := sched.WithTimeout(ctx, time.Second)
+				defer tcancel()
+				wctx, cancel := context.WithCancel(struct{ context.Context }{tctx})
+				defer cancel()
+				err := s.Acquire(wctx, 1)
+				woke = sched.Now(ctx)
+				return err
+			}, sched.Virtual(time.Time{}), sched.WithSeed(seed))
+			require.ErrorIs(t, err, context.DeadlineExceeded, "seed %d, another timer %v", seed, other)
+			assert.Equal(t, vclock.Epoch().Add(time.Second), woke, "seed %d, another timer %v", seed, other)
+			assert.Equal(t, 0, s.Waiters())
+			s.Release(1)
+			assert.Equal(t, int64(1), s.Available())
+		}
+	}
+}

@@ -8,6 +8,7 @@ package decide
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -164,5 +165,41 @@ func (g *Gate) failed(ctx context.Context, err error, lat time.Duration, d *Deci
 		if g.down.CompareAndSwap(false, true) {
 			d.Change = Failing
 		}
+	}
+}
+
+// DecideAll is Allow for several requests decided as one (see
+// store.AllOrNothing; the store must implement it): out holds each
+// request's result, and d the outcome of the whole, with d.Allowed true
+// when every request was spent, or under a failed store the fail mode's
+// answer for all of them. d.Result is unused.
+func (g *Gate) DecideAll(ctx context.Context, reqs []store.Request, spend bool, out []store.Result, d *Decision) {
+	a, ok := g.store.(store.AllOrNothing)
+	if !ok {
+		g.failed(ctx, fmt.Errorf("decide: store %s cannot decide several requests as one", g.store.Name()), 0, d)
+		return
+	}
+	sctx := ctx
+	if g.timeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+	}
+	var start int64
+	if g.timed {
+		start = monotime.Now()
+	}
+	spent, err := a.DecideAll(sctx, reqs, spend, out)
+	var lat time.Duration
+	if g.timed {
+		lat = time.Duration(monotime.Now() - start)
+	}
+	if err != nil {
+		g.failed(ctx, err, lat, d)
+		return
+	}
+	*d = Decision{Latency: lat, Allowed: spent}
+	if g.down.Load() && g.down.CompareAndSwap(true, false) {
+		d.Change = Recovered
 	}
 }

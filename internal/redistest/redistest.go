@@ -21,6 +21,8 @@ type Server struct {
 	Port    int
 	cmd     *exec.Cmd
 	cluster bool
+	extra   []string // more redis-server arguments
+	conf    string   // a sentinel's config file ("" for a server)
 }
 
 // Binary is the redis-server executable looked up on PATH (and at
@@ -40,11 +42,37 @@ func Binary() string {
 // test cleanup.
 func Start(t testing.TB) *Server { return start(t, false) }
 
+// StartWith is Start with more redis-server arguments, for example
+// "--requirepass", "pw", or "--replicaof", "127.0.0.1", "6379".
+func StartWith(t testing.TB, args ...string) *Server { return startServer(t, &Server{extra: args}) }
+
+// StartSentinel starts a Redis Sentinel that monitors master under name with
+// a quorum of 1, deems it down after 500 ms without an answer and gives a
+// failover 2 s. password, if not empty, is the master's (and replicas')
+// AUTH password.
+func StartSentinel(t testing.TB, name string, master *Server, password string) *Server {
+	t.Helper()
+	dir := t.TempDir()
+	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds %s 500\n"+
+		"sentinel failover-timeout %s 2000\n", name, master.Port, name, name)
+	if password != "" {
+		conf += fmt.Sprintf("sentinel auth-pass %s %s\n", name, password)
+	}
+	path := dir + "/sentinel.conf"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServer(t, &Server{conf: path})
+}
+
 // StartCluster starts a one-node Redis Cluster that owns all 16384 slots:
 // enough to exercise cluster routing, hash slots and the cluster client.
 func StartCluster(t testing.TB) *Server { return start(t, true) }
 
-func start(t testing.TB, cluster bool) *Server {
+func start(t testing.TB, cluster bool) *Server { return startServer(t, &Server{cluster: cluster}) }
+
+func startServer(t testing.TB, s *Server) *Server {
 	t.Helper()
 	if Binary() == "" {
 		if os.Getenv("SLUICE_REQUIRE_REDIS") != "" {
@@ -52,7 +80,7 @@ func start(t testing.TB, cluster bool) *Server {
 		}
 		t.Skip("redis-server not found (set SLUICE_REQUIRE_REDIS=1 to make this a failure)")
 	}
-	s := &Server{t: t, cluster: cluster}
+	s.t = t
 	for attempt := 0; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -79,6 +107,11 @@ func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 func (s *Server) start() error {
 	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"}
+	if s.conf != "" { // a sentinel: its config file first, and no persistence flags
+		args = []string{s.conf, "--sentinel", "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+			"--protected-mode", "no", "--loglevel", "warning"}
+	}
+	args = append(args, s.extra...)
 	if s.cluster {
 		dir, err := os.MkdirTemp("", "redistest-cluster-")
 		if err != nil {

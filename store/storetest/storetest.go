@@ -36,6 +36,8 @@ func slow(burst int64) store.Policy {
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := context.Background()
 
+	t.Run("AllOrNothing", func(t *testing.T) { allOrNothing(t, open(t)) })
+
 	t.Run("FreshKeyIsFullThenDrains", func(t *testing.T) {
 		s := open(t)
 		k := key(t)
@@ -194,4 +196,73 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		assert.GreaterOrEqual(t, n, int64(1))
 		assert.NotEmpty(t, s.Name())
 	})
+}
+
+// allOrNothing checks store.AllOrNothing, which every store implements: a
+// request over the limit on one bucket spends nothing on the others.
+func allOrNothing(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	a, ok := s.(store.AllOrNothing)
+	require.True(t, ok, "%T does not implement store.AllOrNothing", s)
+	p5, p2 := slow(5), slow(2)
+	k1, k2, k3 := key(t), key(t), key(t)
+	out := make([]store.Result, 3)
+	reqs := []store.Request{{Key: k1, Cost: 1, Policy: p5}, {Key: k2, Cost: 1, Policy: p2}, {Key: k3, Cost: 1, Policy: p5}}
+
+	spent, err := a.DecideAll(ctx, reqs, true, out)
+	require.NoError(t, err)
+	require.True(t, spent, "every bucket full")
+	for i, want := range []float64{4, 1, 4} {
+		assert.True(t, out[i].Allowed, "request %d", i)
+		assert.InDelta(t, want, out[i].Remaining, 0.01, "request %d", i)
+	}
+	spent, err = a.DecideAll(ctx, reqs, true, out)
+	require.NoError(t, err)
+	require.True(t, spent, "k2 has one token left")
+	assert.InDelta(t, 0, out[1].Remaining, 0.01)
+
+	// k2 is empty: the request is over the limit there and spends nothing
+	// on k1 and k3, which report what they hold.
+	spent, err = a.DecideAll(ctx, reqs, true, out)
+	require.NoError(t, err)
+	require.False(t, spent)
+	assert.True(t, out[0].Allowed, "k1 would pass")
+	assert.InDelta(t, 3, out[0].Remaining, 0.01, "k1 as it stands: nothing spent")
+	assert.False(t, out[1].Allowed)
+	assert.InDelta(t, 3600, out[1].RetryAfter.Seconds(), 1)
+	assert.True(t, out[2].Allowed)
+	assert.InDelta(t, 3, out[2].Remaining, 0.01, "k3 as it stands")
+	for _, k := range []string{k1, k3} {
+		r, err := s.Allow(ctx, k, 1, p5)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		assert.InDelta(t, 2, r.Remaining, 0.01, "the denied DecideAll spent nothing on %s", k)
+	}
+
+	// Only looking spends nothing, even when all would pass.
+	k4 := key(t)
+	look := []store.Request{{Key: k4, Cost: 3, Policy: p5}}
+	spent, err = a.DecideAll(ctx, look, false, out)
+	require.NoError(t, err)
+	assert.False(t, spent)
+	assert.True(t, out[0].Allowed)
+	assert.InDelta(t, 5, out[0].Remaining, 0.01)
+	r, err := s.Allow(ctx, k4, 5, p5)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed, "the look left k4 full")
+
+	// One key twice: the second request counts the first.
+	k5 := key(t)
+	twice := []store.Request{{Key: k5, Cost: 1, Policy: p2}, {Key: k5, Cost: 2, Policy: p2}}
+	spent, err = a.DecideAll(ctx, twice, true, out)
+	require.NoError(t, err)
+	assert.False(t, spent, "1 + 2 tokens of a bucket of 2")
+	assert.True(t, out[0].Allowed)
+	assert.False(t, out[1].Allowed)
+	r, err = s.Allow(ctx, k5, 2, p2)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed, "nothing was spent on k5")
+
+	_, err = a.DecideAll(ctx, []store.Request{{Key: key(t), Cost: 3, Policy: p2}}, true, out)
+	assert.ErrorIs(t, err, store.ErrCostExceedsBurst)
 }

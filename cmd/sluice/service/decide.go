@@ -31,15 +31,25 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 	var d decide.Decision
 	s.gate.Allow(ctx, key, cost, e.p, &d)
 	s.storeLat.Observe(float64(d.Latency) / 1e9)
+	if v, done, err := s.failure(ctx, &d, key, e); done {
+		return v, err
+	}
+	return s.tally(e, d.Result, shadow), nil
+}
+
+// failure handles the outcomes of a gate call that carry no decision (the
+// caller gone, the request refused, the store failed) and reports whether
+// it did; for a decision it only logs a recovery.
+func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e *policyEntry) (v verdict, done bool, err error) {
 	switch d.Outcome {
 	case decide.Gone:
 		// The client went away mid-call: not the store's fault, and
 		// nobody is left to answer; count it so it is not lost.
 		s.canceled.Add(1)
 		e.counters.canceled.Inc()
-		return verdict{}, ctx.Err()
+		return verdict{}, true, ctx.Err()
 	case decide.Refused:
-		return verdict{}, d.Err
+		return verdict{}, true, d.Err
 	case decide.Degraded:
 		s.storeErr.Inc()
 		s.degraded.Add(1)
@@ -47,18 +57,20 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 		if d.Change == decide.Failing {
 			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
 				"fail_open", s.cfg.FailOpen)
+			d.Change = decide.Steady // logged once, for the first of several descriptors
 		} else {
 			s.log.Debug("store error", "err", d.Err, "key", key)
 		}
 		if d.Allowed {
 			e.counters.failOpen.Inc()
 		}
-		return verdict{allowed: d.Allowed, degraded: true}, nil
+		return verdict{allowed: d.Allowed, degraded: true}, true, nil
 	}
 	if d.Change == decide.Recovered {
 		s.log.Info("store recovered", "store", s.cfg.Store.Name())
+		d.Change = decide.Steady
 	}
-	return s.tally(e, d.Result, shadow), nil
+	return verdict{}, false, nil
 }
 
 // tally counts a decision the store (or a rule that needs no store) made and

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -39,7 +40,8 @@ import (
 //     rule's name only when the file names it, as envoyproxy/ratelimit),
 //     and limit_remaining (whole tokens left); duration_until_reset is, when
 //     allowed, the time until the bucket is full again and, when over the
-//     limit, the time until the same request would be allowed.
+//     limit, the time until the same request would be allowed, in whole
+//     seconds rounded up (Envoy reads only the seconds).
 //
 // A shadow_mode rule answers OK where it would deny (counted as
 // shadow_denied); the global shadow mode (Config.Shadow) leaves each
@@ -75,6 +77,11 @@ var unlimitedStatus = &rlsv3.RateLimitResponse_DescriptorStatus{
 // ShouldRateLimit implements rlsv3.RateLimitServiceServer.
 func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	s := g.s
+	if s.clients != nil {
+		if err := s.allowGRPC(ctx); err != nil {
+			return nil, err
+		}
+	}
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	if domain == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -126,18 +133,22 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	// As envoyproxy/ratelimit: the request is over the limit when any
 	// descriptor of a rule without quota_mode is, or when it has
 	// quota_mode descriptors and every one of them is.
+	if s.cfg.StopOverLimitIncrement && len(descs) > 1 {
+		if err := g.decideAll(ctx, req, matched, resp.Statuses); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
 	var over, quota, quotaOver int
 	for i, d := range descs {
 		e := matched[i]
-		cost := uint64(max(1, req.GetHitsAddend()))
-		if h := d.GetHitsAddend(); h != nil {
-			cost = h.GetValue()
+		st := resp.Statuses[i]
+		if st == nil {
+			var err error
+			if st, err = g.decide(ctx, domain, d.GetEntries(), costOf(req, d), e); err != nil {
+				return nil, status.FromContextError(err).Err()
+			}
+			resp.Statuses[i] = st
 		}
-		st, err := g.decide(ctx, domain, d.GetEntries(), cost, e)
-		if err != nil {
-			return nil, status.FromContextError(err).Err()
-		}
-		resp.Statuses[i] = st
 		isQuota := e != nil && e.rule.QuotaMode && !e.rule.Unlimited
 		if isQuota {
 			quota++
@@ -157,6 +168,66 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		resp.OverallCode = rlsv3.RateLimitResponse_OK
 	}
 	return resp, nil
+}
+
+// costOf is descriptor d's cost: its own hits_addend when set, else the
+// request's (0 means 1).
+func costOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uint64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue()
+	}
+	return uint64(max(1, req.GetHitsAddend()))
+}
+
+// decideAll answers a request's descriptors as one, for
+// Config.StopOverLimitIncrement: when any descriptor is over its limit,
+// nothing is spent on the others (store.AllOrNothing), which answer OK with
+// what their buckets hold. A descriptor over without asking the store
+// (requests_per_unit 0, a cost above the rule's whole allowance) counts
+// too. It fills statuses; on an error no answer is due.
+func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, matched []*ruleEntry, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+	s := g.s
+	domain, descs := req.GetDomain(), req.GetDescriptors()
+	var reqs []store.Request
+	var at []int // reqs[j] is descriptor at[j]
+	spend := true
+	for i, d := range descs {
+		e, cost := matched[i], costOf(req, d)
+		switch {
+		case e == nil, e.rule.Unlimited: // answered by decide, without the store
+			continue
+		case !e.limited || cost > uint64(e.p.Burst):
+			spend = false // over whatever the store says: the others only look
+			continue
+		}
+		r := e.rule
+		if r.Override {
+			o := *r
+			o.Domain = domain
+			r = &o
+		}
+		reqs = append(reqs, store.Request{Key: rules.BucketKey(rules.RLS, r, d.GetEntries()), Cost: int64(cost), Policy: e.p})
+		at = append(at, i)
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	out := make([]store.Result, len(reqs))
+	var dec decide.Decision
+	s.gate.DecideAll(ctx, reqs, spend, out, &dec)
+	s.storeLat.Observe(float64(dec.Latency) / 1e9)
+	for j, i := range at {
+		e := matched[i]
+		v, done, err := s.failure(ctx, &dec, reqs[j].Key, &e.policyEntry)
+		if err != nil {
+			return err
+		}
+		if !done {
+			v = s.tally(&e.policyEntry, out[j], s.cfg.Shadow || e.rule.Shadow)
+		}
+		statuses[i] = statusOf(e, v, true)
+	}
+	return nil
 }
 
 // dropReplaced removes from matched every named rule that another matched
@@ -215,7 +286,6 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 		s.tally(&e.policyEntry, store.Result{Allowed: true}, false) // counted, no bucket
 		return unlimitedStatus, nil
 	}
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}
 	shadow := s.cfg.Shadow || e.rule.Shadow
 	var v verdict
 	asked := e.limited && cost <= uint64(e.p.Burst)
@@ -237,6 +307,13 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 		// (so no duration_until_reset).
 		v = s.tally(&e.policyEntry, store.Result{}, shadow)
 	}
+	return statusOf(e, v, asked), nil
+}
+
+// statusOf is the status of a descriptor matched to a limited rule e with
+// verdict v (asked: the store decided it).
+func statusOf(e *ruleEntry, v verdict, asked bool) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}
 	// Only a shadow_mode rule turns its own status OK; the global shadow
 	// mode answers OK for the request as a whole (ShouldRateLimit).
 	st.Code = rlsv3.RateLimitResponse_OK
@@ -254,7 +331,19 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 		if !v.res.Allowed {
 			d = v.res.RetryAfter
 		}
-		st.DurationUntilReset = durationpb.New(d)
+		st.DurationUntilReset = wholeSecondsUp(d)
 	}
-	return st, nil
+	return st
+}
+
+// wholeSecondsUp is d in whole seconds, rounded up, so never less than the
+// true wait. Why: Envoy fills X-RateLimit-Reset from the duration's seconds
+// alone, so 20 ms sent as such tells the client 0 and it retries at once;
+// envoyproxy/ratelimit's fixed windows always send whole seconds.
+func wholeSecondsUp(d time.Duration) *durationpb.Duration {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return &durationpb.Duration{Seconds: s}
 }

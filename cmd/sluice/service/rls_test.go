@@ -264,7 +264,48 @@ func TestRLSHitsAddend(t *testing.T) {
 	assert.EqualValues(t, 0, r.Statuses[0].LimitRemaining)
 	r = f.ask(t, "edge", 1, own) // own asks for 5; 1 token left
 	assert.Equal(t, OVER, r.OverallCode)
-	assert.Equal(t, 400*time.Millisecond, r.Statuses[0].DurationUntilReset.AsDuration(), "4 more tokens at 10/s")
+	assert.Equal(t, time.Second, r.Statuses[0].DurationUntilReset.AsDuration(), "4 more tokens at 10/s: 400 ms, rounded up to whole seconds")
+}
+
+// duration_until_reset is whole seconds, rounded up, never less than the
+// true wait: Envoy fills X-RateLimit-Reset from the seconds alone, so 20 ms
+// sent as such would tell a client 0 and it would retry at once.
+func TestRLSDurationUntilResetWholeSecondsRoundedUp(t *testing.T) {
+	f := newRLS(t, rlsRules, nil)
+	ip := desc("client_ip", "198.51.100.40") // edge: 10 per second, burst 10
+	for i := 1; i <= 10; i++ {
+		r := f.ask(t, "edge", 0, ip)
+		require.Equal(t, OK, r.OverallCode)
+		d := r.Statuses[0].DurationUntilReset
+		require.NotNil(t, d)
+		assert.Zero(t, d.Nanos, "allowed %d: whole seconds", i)
+		assert.EqualValues(t, 1, d.Seconds, "allowed %d: %d00 ms to full, rounded up", i, i)
+	}
+	r := f.ask(t, "edge", 0, ip)
+	require.Equal(t, OVER, r.OverallCode)
+	d := r.Statuses[0].DurationUntilReset
+	assert.Zero(t, d.Nanos, "over: whole seconds")
+	assert.EqualValues(t, 1, d.Seconds, "over: 100 ms to wait, rounded up to 1 s, never 0")
+
+	f.clock.Advance(100 * time.Millisecond)
+	for range 2 { // one token came back: spend it, then over again
+		f.ask(t, "edge", 0, ip)
+	}
+	r = f.ask(t, "edge", 0, ip)
+	require.Equal(t, OVER, r.OverallCode)
+	assert.Equal(t, time.Second, r.Statuses[0].DurationUntilReset.AsDuration())
+
+	for _, c := range []struct {
+		in   time.Duration
+		want int64 // seconds
+	}{
+		{0, 0}, {1, 1}, {20 * time.Millisecond, 1}, {time.Second, 1}, {time.Second + 1, 2},
+		{5*time.Minute + 59990*time.Millisecond, 360}, {math.MaxInt64, math.MaxInt64/int64(time.Second) + 1},
+	} {
+		got := service.WholeSecondsUp(c.in)
+		assert.Zero(t, got.Nanos, "wholeSecondsUp(%v)", c.in)
+		assert.Equal(t, c.want, got.Seconds, "wholeSecondsUp(%v)", c.in)
+	}
 }
 
 // A limit override applies in a domain the rules configure, to any

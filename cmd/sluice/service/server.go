@@ -80,6 +80,23 @@ type Config struct {
 	// the descriptor [("key", K)] (default DefaultHTTPDomain). A key that
 	// matches no rule there is limited by Limits or Default as without rules.
 	HTTPDomain string
+	// ClientNames, when not empty, are the only clients that may ask for
+	// decisions (/allow, ShouldRateLimit): each must have presented a
+	// client certificate verified by the TLS server (mutual TLS) whose DNS,
+	// URI or email SAN or subject common name is one of them. Anyone else
+	// gets 403 (gRPC: PermissionDenied) with the reason, counted in
+	// sluice_client_refused_total. /healthz stays open.
+	ClientNames []string
+	// SplitAdmin serves /stats and /metrics only on AdminHandler, so that
+	// they can listen on an address of their own (`serve -admin-addr`).
+	SplitAdmin bool
+	// StopOverLimitIncrement makes a ShouldRateLimit request that is over
+	// the limit on any descriptor spend nothing on the others
+	// (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT). The
+	// store must implement store.AllOrNothing (the memory, shm and Redis
+	// stores do); on Redis the request's buckets are decided in one script
+	// call, atomically.
+	StopOverLimitIncrement bool
 }
 
 // Server answers /allow, /stats, /healthz and /metrics, and Envoy's
@@ -102,6 +119,9 @@ type Server struct {
 	// What /stats and Stats report; see Stats.
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
 
+	clients *clientNames // nil: everyone may ask
+	admin   *http.ServeMux
+
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
@@ -117,6 +137,9 @@ type policyEntry struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("service: Config.Store is nil")
+	}
+	if _, ok := cfg.Store.(store.AllOrNothing); cfg.StopOverLimitIncrement && !ok {
+		return nil, fmt.Errorf("service: StopOverLimitIncrement: the %s store cannot decide several descriptors as one", cfg.Store.Name())
 	}
 	if cfg.Default.Name == "" {
 		cfg.Default.Name = "default"
@@ -176,16 +199,36 @@ func New(cfg Config) (*Server, error) {
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
+	s.clients = newClientNames(cfg.ClientNames, cfg.Registry)
+
+	s.admin = http.NewServeMux()
+	s.admin.HandleFunc("/stats", s.handleStats)
+	s.admin.HandleFunc("/healthz", s.handleHealthz)
+	s.admin.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.admin.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, http.StatusNotFound, "no such endpoint %q on the admin address: try /stats, /healthz, /metrics", r.URL.Path)
+	})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/allow", s.handleAllow)
-	s.mux.HandleFunc("/stats", s.handleStats)
 	s.mux.HandleFunc("/healthz", s.handleHealthz)
-	s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
-	})
+	if cfg.SplitAdmin {
+		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K or /healthz (/stats and /metrics are on the admin address)", r.URL.Path)
+		})
+	} else {
+		s.mux.HandleFunc("/stats", s.handleStats)
+		s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
+		})
+	}
 	return s, nil
 }
+
+// AdminHandler serves /stats, /healthz and /metrics: what an operator
+// reads, and nothing that spends. With Config.SplitAdmin it is the only
+// place /stats and /metrics are served.
+func (s *Server) AdminHandler() http.Handler { return s.admin }
 
 func (s *Server) entry(p store.Policy) policyEntry {
 	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
@@ -211,6 +254,9 @@ func (s *Server) policy(key string) *policyEntry {
 }
 
 func (s *Server) handleAllow(w http.ResponseWriter, r *http.Request) {
+	if s.clients != nil && !s.allowHTTP(w, r) {
+		return
+	}
 	var a allowArgs
 	switch r.Method {
 	case http.MethodGet:

@@ -12,8 +12,9 @@ import (
 
 // OpenStore opens the store a -store flag names: "memory", "shm" (table
 // files in the user's runtime directory, sharedbucket.DefaultDir()),
-// "shm:DIR" (table files in DIR), a Redis URL "redis://HOST:PORT/DB", or a
-// Redis Cluster URL "rediscluster://HOST:PORT[?addr=HOST:PORT...]".
+// "shm:DIR" (table files in DIR), a Redis URL "redis://HOST:PORT/DB", a
+// Redis Cluster URL "rediscluster://HOST:PORT[?addr=HOST:PORT...]", or a
+// Sentinel URL "redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]".
 // o carries the per-store settings (zero values take defaults). A Redis
 // store comes wrapped in a store.Breaker, so that while Redis is down
 // decisions follow -fail at once and a background probe notices its return.
@@ -30,6 +31,8 @@ func OpenStore(spec string, o StoreOptions) (store.Store, error) {
 		return o.breaker(redisstore.Open(spec, redisstore.WithTimeout(o.Timeout)))
 	case strings.HasPrefix(spec, "rediscluster://") || strings.HasPrefix(spec, "redisclusters://"):
 		return o.breaker(redisstore.OpenCluster(spec, redisstore.WithTimeout(o.Timeout)))
+	case strings.HasPrefix(spec, "redis-sentinel://") || strings.HasPrefix(spec, "redis-sentinels://"):
+		return o.breaker(redisstore.OpenSentinel(spec, redisstore.WithTimeout(o.Timeout)))
 	}
 	panic("unreachable: CheckStoreSpec accepted " + spec)
 }
@@ -58,6 +61,9 @@ func CheckStoreSpec(spec string) error {
 		strings.HasPrefix(spec, "redis://"), strings.HasPrefix(spec, "rediss://"),
 		strings.HasPrefix(spec, "rediscluster://"), strings.HasPrefix(spec, "redisclusters://"):
 		return nil
+	case strings.HasPrefix(spec, "redis-sentinel://"), strings.HasPrefix(spec, "redis-sentinels://"):
+		_, err := redisstore.ParseSentinelURL(spec)
+		return err
 	}
-	return fmt.Errorf("-store %q: want memory, shm, shm:DIR, redis://HOST:PORT/DB or rediscluster://HOST:PORT[?addr=HOST:PORT...]", spec)
+	return fmt.Errorf("-store %q: want memory, shm, shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...] or redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB]", spec)
 }

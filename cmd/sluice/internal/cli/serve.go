@@ -44,6 +44,13 @@ type ServeOptions struct {
 	MergeDomains bool // -merge-domain-config
 	HTTPDomain   string
 	MaxOverrides int
+	// TLS on both ports: a certificate and key, and for mutual TLS the
+	// CAs that sign client certificates (see Certs).
+	TLSCert, TLSKey, ClientCA string
+	TLSPoll                   time.Duration
+	ClientNames               string // -client-names, comma-separated
+	AdminAddr                 string // /stats and /metrics here, not on Addr; "" for Addr
+	StopOverLimitIncrement    bool   // -stop-over-limit-increment
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -54,7 +61,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
 	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
 	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
-	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...]")
+	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...], redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] (user:password@ before HOST for Redis AUTH)")
 	fs.IntVar(&o.ShmSlots, "shm-slots", sharedbucket.DefaultSlots,
 		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
 	fs.BoolVar(&o.Shadow, "shadow", false, "decide and count, but never deny (dry run)")
@@ -75,6 +82,13 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
 	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
 		"distinct Envoy limit overrides given buckets (a table file each with the shm store); a new one past this is answered as if absent (0: none)")
+	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS and gRPC over TLS with this certificate (PEM; with -tls-key); reloaded on SIGHUP and when the file changes")
+	fs.StringVar(&o.TLSKey, "tls-key", "", "the private key of -tls-cert (PEM)")
+	fs.StringVar(&o.ClientCA, "client-ca", "", "mutual TLS: require on both ports a client certificate signed by a CA in this file (PEM; needs -tls-cert)")
+	fs.DurationVar(&o.TLSPoll, "tls-poll", 10*time.Second, "check the TLS files this often and reload them when they changed (0: only on SIGHUP)")
+	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
+	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
+	fs.BoolVar(&o.StopOverLimitIncrement, "stop-over-limit-increment", false, "gRPC: a request over the limit on any descriptor spends nothing on the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; on Redis in one script call)")
 	return fs
 }
 
@@ -97,6 +111,26 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := o.config()
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+		return 2
+	}
+	var certs *Certs
+	if o.TLSCert != "" || o.TLSKey != "" || o.ClientCA != "" {
+		if certs, err = LoadCerts(o.TLSCert, o.TLSKey, o.ClientCA); err != nil {
+			_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
+			return 2
+		}
+	}
+	if o.ClientNames != "" && o.ClientCA == "" {
+		_, _ = fmt.Fprintln(stderr, "sluice serve: -client-names needs -client-ca: without mutual TLS no client is named")
+		return 2
+	}
+	for _, n := range strings.Split(o.ClientNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			cfg.ClientNames = append(cfg.ClientNames, n)
+		}
+	}
+	if o.TLSPoll < 0 {
+		_, _ = fmt.Fprintf(stderr, "sluice serve: -tls-poll %v: must not be negative\n", o.TLSPoll)
 		return 2
 	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
@@ -157,6 +191,17 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer signal.Stop(hup)
 		extras = append(extras, WithRulesReload(o.Config, hup, o.ConfigPoll))
 	}
+	if o.AdminAddr != "" {
+		cfg.SplitAdmin = true
+		extras = append(extras, WithAdmin(o.AdminAddr, nil))
+	}
+	if certs != nil {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		defer certs.Watch(hup, o.TLSPoll, log)()
+		ctx = WithCerts(ctx, certs)
+	}
 	err = RunServer(ctx, cfg, o.Addr, log, nil, extras...)
 	if cerr := st.Close(); cerr != nil {
 		log.Warn("closing store", "err", cerr)
@@ -166,6 +211,17 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// tlsMode is how a port is served, for the "listening" log lines.
+func tlsMode(c *Certs) string {
+	switch {
+	case c == nil:
+		return "off"
+	case c.Mutual():
+		return "mutual"
+	}
+	return "on"
 }
 
 // config checks the flags and builds the service config (without store).
@@ -196,6 +252,7 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.Shadow = o.Shadow
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
+	cfg.StopOverLimitIncrement = o.StopOverLimitIncrement
 	switch {
 	case o.MaxOverrides < 0:
 		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
@@ -225,7 +282,8 @@ func (o *ServeOptions) config() (service.Config, error) {
 // gracefully. If ready is non-nil it is called with the bound address once
 // the listener is open (useful with port 0). extras (WithGRPC,
 // WithRulesReload) start before the server reports listening and stop after
-// the HTTP server has shut down.
+// the HTTP server has shut down. When ctx carries certificates (WithCerts)
+// it serves HTTPS (HTTP/2 and HTTP/1.1).
 func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.Logger, ready func(net.Addr), extras ...ServeExtra) error {
 	srv, err := service.New(cfg)
 	if err != nil {
@@ -262,14 +320,20 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 		}
 		defer stop()
 	}
+	certs := certsFrom(ctx)
 	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
 		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),
-		"shadow", cfg.Shadow, "fail_open", cfg.FailOpen)
+		"shadow", cfg.Shadow, "fail_open", cfg.FailOpen, "tls", tlsMode(certs))
 	if ready != nil {
 		ready(ln.Addr())
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	if certs != nil {
+		hs.TLSConfig = certs.Config("h2", "http/1.1")
+		go func() { errc <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(ln) }()
+	}
 	select {
 	case err := <-errc:
 		return err

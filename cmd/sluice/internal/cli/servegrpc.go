@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -43,12 +45,18 @@ type ServeExtra func(ctx context.Context, srv *service.Server, log *slog.Logger)
 // Envoy's gRPC health checks. ready, if non-nil, is called with the bound
 // address.
 func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
-	return func(_ context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
+	return func(ctx context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("-grpc: %w", err)
 		}
+		certs := certsFrom(ctx)
+		creds := insecure.NewCredentials()
+		if certs != nil {
+			creds = credentials.NewTLS(certs.Config("h2"))
+		}
 		g := grpc.NewServer(
+			grpc.Creds(creds),
 			// Why: Envoy keeps one long-lived HTTP/2 connection per worker
 			// and may ping it; allow pings without streams rather than
 			// closing the connection with GOAWAY "too_many_pings".
@@ -58,7 +66,7 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 		srv.RegisterRateLimitService(g)
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
-		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService")
+		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService", "tls", tlsMode(certs))
 		if ready != nil {
 			ready(ln.Addr())
 		}

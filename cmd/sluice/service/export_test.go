@@ -1,0 +1,4 @@
+package service
+
+// WholeSecondsUp is wholeSecondsUp, for the external tests.
+var WholeSecondsUp = wholeSecondsUp
