@@ -27,6 +27,7 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fail := fs.String("fail", "open", "when the service cannot answer: open (do the work) or closed (skip it)")
 	noCache := fs.Bool("no-cache", false, "ask the service even while a denial's retry-after runs")
 	useLease := fs.Bool("lease", false, "decide locally under a lease on the key's policy, renewed from the service (POST /lease), instead of asking per decision; -rps 0 attempts as fast as it can")
+	logAllowed := fs.Bool("log-allowed", false, "with -lease: print \"allowed UNIXNANO\" for each allowed decision as it is made")
 	policy := fs.String("policy", "", "with -lease: the policy to lease (default: the key, as -limits names policies)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -52,6 +53,9 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			lf = lease.FailOpen
 		}
 		r := &LeaseReplica{ID: *id, URL: *limiter, Policy: *policy, Key: *key, RPS: *rps, Duration: *duration, Fail: lf}
+		if *logAllowed {
+			r.LogAllowed = stdout
+		}
 		return runWithProgress(ctx, stdout, stderr, *id, func(live *LiveStats) (ReplicaStats, error) { return r.Run(ctx, live) },
 			func(st *ReplicaStats) {
 				_, _ = fmt.Fprintln(stdout, st.Summary())

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"time"
@@ -24,6 +25,10 @@ type LeaseReplica struct {
 	Duration time.Duration
 	Fail     lease.FailMode
 	Start    time.Time // when AllowedAt counts from (default: when Run starts)
+	// LogAllowed, if not nil, gets a line "allowed UNIXNANO" for each
+	// allowed decision, as it is made (tests check the bound over every
+	// window across processes from these).
+	LogAllowed io.Writer
 
 	// Lease is what the replica's lease client did, once Run returns.
 	Lease struct {
@@ -108,6 +113,9 @@ func (r *LeaseReplica) Run(ctx context.Context, live *LiveStats) (ReplicaStats, 
 		}
 		st.Attempts++
 		if lim.TryAcquire(1) {
+			if r.LogAllowed != nil {
+				_, _ = fmt.Fprintf(r.LogAllowed, "allowed %d\n", time.Now().UnixNano())
+			}
 			st.Allowed++
 			st.WorkDone++
 			st.AllowedAt = append(st.AllowedAt, time.Since(start))
