@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,12 +142,7 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 		s.failCode(w, status, code, "%v", err)
 		return
 	}
-	s.leases.renewals.Inc()
-	for i := range resp.Keys {
-		if c := resp.Keys[i].Error; c != "" {
-			s.leases.refused.WithLabelValues(c).Inc()
-		}
-	}
+	s.leases.count(resp)
 	s.leases.maybeSweep(now)
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -169,4 +165,32 @@ func (l *leases) maybeSweep(now time.Time) {
 func (s *Server) failCode(w http.ResponseWriter, status int, code, format string, args ...any) {
 	s.metrics.badRequests.WithLabelValues(fmt.Sprint(status)).Inc()
 	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, args...), "code": code})
+}
+
+// RenewLease answers one lease request, as POST /lease does (counted in
+// the same metrics): for the gRPC Leases service (package leasegrpc). With
+// leases off it refuses every request (lease.ErrBadRequest).
+func (s *Server) RenewLease(_ context.Context, req *lease.Request) (*lease.Response, error) {
+	if s.leases == nil {
+		return nil, lease.Err("bad_request", "leases are off on this server (-leases=false)")
+	}
+	now := s.leases.now()
+	resp, err := s.leases.alloc.RenewAt(now, req)
+	if err != nil {
+		s.leases.refused.WithLabelValues(lease.Code(err)).Inc()
+		return nil, err
+	}
+	s.leases.count(resp)
+	s.leases.maybeSweep(now)
+	return resp, nil
+}
+
+// count counts an answered request and its refused keys.
+func (l *leases) count(resp *lease.Response) {
+	l.renewals.Inc()
+	for i := range resp.Keys {
+		if c := resp.Keys[i].Error; c != "" {
+			l.refused.WithLabelValues(c).Inc()
+		}
+	}
 }
