@@ -196,16 +196,18 @@ func (b *Bucket) Limit() (rate float64, burst int64) {
 
 // Want declares the key's demand, in tokens a second, reported at each
 // renewal instead of the measured one (a negative rate goes back to
-// measuring). While the share is above a declared demand the bucket lowers
-// its own share to it at the next renewal, which frees the difference for
-// other replicas at once.
+// measuring, and +Inf asks for all the policy gives). While the share is
+// above a declared demand the bucket lowers its own share to it at the
+// next renewal, which frees the difference for other replicas at once.
 func (b *Bucket) Want(rate float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if rate != rate { // NaN: measure
 		rate = -1
 	}
-	b.want = rate
+	// Why the cap: more than any policy's rate (leasealloc.MaxRate) means
+	// "all it will give", and keeps the thousandths within an int64.
+	b.want = min(rate, 1e12)
 }
 
 // Err is the server's last refusal of this key (nil after a grant).

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -274,6 +275,21 @@ func TestRunWithoutKeys(t *testing.T) {
 		require.NoError(t, sched.Sleep(ctx, 11*sec))
 		assert.Equal(t, int64(3), s.rpcs.Load(), "Bucket's, then one each 5 s")
 		assert.NotNil(t, b)
+		return nil
+	})
+}
+
+// An infinite declared demand asks for everything, and is not refused.
+func TestWantInfinite(t *testing.T) {
+	s := newServer(t, 100, 100)
+	run(t, func(ctx context.Context) error {
+		c, _ := lease.NewClient(ctx, s.transport(), lease.Options{})
+		b, err := c.Bucket(ctx, "p", "k")
+		require.NoError(t, err)
+		b.Want(math.Inf(1))
+		require.NoError(t, c.Refresh(ctx))
+		require.NoError(t, b.Err())
+		assert.Equal(t, 100.0, b.Rate())
 		return nil
 	})
 }
