@@ -42,7 +42,9 @@ type SharedBucket interface {
 //
 // A sharedbucket table keeps time on the host's monotonic clock, so use
 // Shared with real time (not inside a virtual-clock loop, where the retry
-// sleeps would be virtual while the table's time stands still).
+// sleeps would be virtual while the table's time stands still). A
+// lease.Bucket reads the clock of the context its lease.Client was made
+// with: give New the same context, virtual or real, and both keep one time.
 func Shared(b SharedBucket) Option {
 	return func(cfg *config) {
 		switch {

@@ -97,6 +97,9 @@ type Config struct {
 	// stores do); on Redis the request's buckets are decided in one script
 	// call, atomically.
 	StopOverLimitIncrement bool
+	// Leases, when not nil, serves POST /lease: capacity leases for
+	// replicas that decide locally (see LeaseConfig).
+	Leases *LeaseConfig
 }
 
 // Server answers /allow, /stats, /healthz and /metrics, and Envoy's
@@ -120,6 +123,7 @@ type Server struct {
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
 
 	clients *clientNames // nil: everyone may ask
+	leases  *leases      // nil: no /lease
 	admin   *http.ServeMux
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
@@ -200,6 +204,9 @@ func New(cfg Config) (*Server, error) {
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
 
 	s.clients = newClientNames(cfg.ClientNames, cfg.Registry)
+	if err := s.initLeases(cfg.Leases); err != nil {
+		return nil, err
+	}
 
 	s.admin = http.NewServeMux()
 	s.admin.HandleFunc("/stats", s.handleStats)
@@ -210,6 +217,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/allow", s.handleAllow)
+	s.mux.HandleFunc("/lease", s.handleLease)
 	s.mux.HandleFunc("/healthz", s.handleHealthz)
 	if cfg.SplitAdmin {
 		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

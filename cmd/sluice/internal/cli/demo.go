@@ -29,6 +29,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", 10, "the shared limit, per second")
 	burst := fs.Int64("burst", 10, "the shared burst")
 	storeSpec := fs.String("store", "memory", "store for the demo server: memory, shm, shm:DIR, redis://HOST:PORT/DB")
+	useLease := fs.Bool("lease", false, "replicas as processes deciding locally under leases (POST /lease), as fast as they can, instead of asking per request")
 	plotFile := fs.String("plot", "", "also draw each replica's allowed requests over time against the limit to this file (.svg, .png or .pdf)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -53,6 +54,14 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := p.Validate(); err != nil {
 		_, _ = fmt.Fprintf(stderr, "sluice demo: -rate/-burst: %v\n", err)
 		return 2
+	}
+	if *useLease {
+		if *plotFile != "" {
+			_, _ = fmt.Fprintln(stderr, "sluice demo: -plot is for the demo without -lease")
+			return 2
+		}
+		return (&leaseDemo{replicas: *replicas, duration: *duration, rate: *rate, burst: *burst,
+			storeSpec: *storeSpec, stdout: stdout, err: stderr}).run(ctx)
 	}
 	st, err := OpenStore(*storeSpec, StoreOptions{Sweep: time.Minute})
 	if err != nil {

@@ -51,6 +51,12 @@ type ServeOptions struct {
 	ClientNames               string // -client-names, comma-separated
 	AdminAddr                 string // /stats and /metrics here, not on Addr; "" for Addr
 	StopOverLimitIncrement    bool   // -stop-over-limit-increment
+	// Capacity leases (POST /lease); see service.LeaseConfig.
+	Leases                       bool
+	LeaseDuration, LeaseRefresh  time.Duration
+	LeaseProportional            bool
+	LeaseLearn                   bool
+	LeaseMaxHolders, LeaseMaxAll int
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -89,6 +95,13 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
 	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
 	fs.BoolVar(&o.StopOverLimitIncrement, "stop-over-limit-increment", false, "gRPC: a request over the limit on any descriptor spends nothing on the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; on Redis in one script call)")
+	fs.BoolVar(&o.Leases, "leases", true, "serve capacity leases (POST /lease): replicas hold a share of a policy and decide locally; see docs/leases.md")
+	fs.DurationVar(&o.LeaseDuration, "lease-duration", 20*time.Second, "how long a lease's grant is good for")
+	fs.DurationVar(&o.LeaseRefresh, "lease-refresh", 5*time.Second, "how often replicas renew their leases (at most half of -lease-duration)")
+	fs.BoolVar(&o.LeaseLearn, "lease-learn", true, "after a start, grant for one -lease-duration only the capacity renewing replicas show they hold, so a restart never over-grants; false only for a server no replica can hold a lease from (the first start)")
+	fs.BoolVar(&o.LeaseProportional, "lease-proportional", false, "split a policy among replicas in proportion to their demand, not max-min fair")
+	fs.IntVar(&o.LeaseMaxHolders, "lease-max-holders", 10_000, "replicas that may hold a lease on one key; more are refused (too_many_holders)")
+	fs.IntVar(&o.LeaseMaxAll, "lease-max-leases", 1_000_000, "leases the server holds in all; more are refused (too_many_holders)")
 	return fs
 }
 
@@ -253,6 +266,13 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
 	cfg.StopOverLimitIncrement = o.StopOverLimitIncrement
+	if o.Leases {
+		if o.LeaseMaxHolders < 1 || o.LeaseMaxAll < 1 {
+			return cfg, fmt.Errorf("-lease-max-holders %d and -lease-max-leases %d must be positive", o.LeaseMaxHolders, o.LeaseMaxAll)
+		}
+		cfg.Leases = &service.LeaseConfig{Lease: o.LeaseDuration, Refresh: o.LeaseRefresh,
+			Proportional: o.LeaseProportional, NoLearning: !o.LeaseLearn, MaxHolders: o.LeaseMaxHolders, MaxLeases: o.LeaseMaxAll}
+	}
 	switch {
 	case o.MaxOverrides < 0:
 		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)

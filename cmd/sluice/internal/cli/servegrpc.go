@@ -18,6 +18,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
 	"github.com/sluice-go/sluice/store"
@@ -64,6 +65,7 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 			grpc.NumStreamWorkers(uint32(streamWorkersPerP*runtime.GOMAXPROCS(0))),
 		)
 		srv.RegisterRateLimitService(g)
+		leasegrpc.Register(g, srv.RenewLease) // sluice.lease.v1.Leases, beside Envoy's
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
 		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService", "tls", tlsMode(certs))

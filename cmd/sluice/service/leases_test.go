@@ -1,0 +1,74 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/cmd/sluice/service"
+	"github.com/sluice-go/sluice/lease"
+	"github.com/sluice-go/sluice/store"
+)
+
+func leaseFixture(t *testing.T, on bool) *fixture {
+	t.Helper()
+	return newFixture(t, func(cfg *service.Config) {
+		cfg.Limits = map[string]store.Policy{"tenant-a": {Name: "tenant-a", Rate: 100, Burst: 100}}
+		if on {
+			cfg.Leases = &service.LeaseConfig{NoLearning: true}
+		}
+	})
+}
+
+// POST /lease: two replicas share a policy max-min fair; the HTTP
+// transport of package lease reads the answers.
+func TestLeaseEndpoint(t *testing.T) {
+	f := leaseFixture(t, true)
+	tr := lease.HTTP(f.ts.URL, f.ts.Client())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	a, err := tr.Renew(ctx, &lease.Request{Holder: "a", Keys: []lease.KeyRequest{{Policy: "tenant-a", Key: "k", Want: 80}}})
+	require.NoError(t, err)
+	assert.InDelta(t, 80, a.Keys[0].Rate, 0.01, "alone, a gets its demand")
+	b, err := tr.Renew(ctx, &lease.Request{Holder: "b", Keys: []lease.KeyRequest{{Policy: "tenant-a", Key: "k", Want: 80}}})
+	require.NoError(t, err)
+	assert.InDelta(t, 20, b.Keys[0].Rate, 0.01, "b gets what a leaves until a renews")
+	assert.Positive(t, a.RefreshMS)
+
+	m := f.get(t, "/metrics").raw
+	assert.Contains(t, m, "sluice_lease_renewals_total 2")
+	assert.Contains(t, m, "sluice_lease_leases 2")
+
+	// A whole request refused: its code, which the transport maps back.
+	_, err = tr.Renew(ctx, &lease.Request{Keys: []lease.KeyRequest{{Policy: "tenant-a", Key: "k"}}})
+	assert.ErrorIs(t, err, lease.ErrBadRequest)
+	var many lease.Request
+	many.Holder = "c"
+	for i := range 1001 {
+		many.Keys = append(many.Keys, lease.KeyRequest{Policy: "tenant-a", Key: fmt.Sprint("k", i)})
+	}
+	_, err = tr.Renew(ctx, &many)
+	assert.ErrorIs(t, err, lease.ErrTooManyKeys)
+	assert.Contains(t, f.get(t, "/metrics").raw, `sluice_lease_refused_total{code="too_many_keys"} 1`)
+
+	r := f.do(t, http.MethodPost, "/lease", strings.NewReader("{not json"), "application/json")
+	assert.Equal(t, http.StatusBadRequest, r.status)
+	assert.Equal(t, "bad_request", r.body["code"])
+	r = f.do(t, http.MethodGet, "/lease", nil, "")
+	assert.Equal(t, http.StatusMethodNotAllowed, r.status)
+}
+
+func TestLeaseEndpointOff(t *testing.T) {
+	f := leaseFixture(t, false)
+	r := f.do(t, http.MethodPost, "/lease", strings.NewReader(`{"holder":"a","keys":[]}`), "application/json")
+	assert.Equal(t, http.StatusNotFound, r.status)
+	b, _ := json.Marshal(r.body)
+	assert.Contains(t, string(b), "leases are off")
+}

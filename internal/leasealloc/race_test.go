@@ -1,0 +1,5 @@
+//go:build race
+
+package leasealloc_test
+
+const raceEnabled = true

@@ -1,0 +1,5 @@
+//go:build !race
+
+package leasesim_test
+
+const raceEnabled = false

@@ -1,0 +1,67 @@
+package lease
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// HTTP is a Transport that renews over HTTP: one POST of the Request as
+// JSON to baseURL + "/lease" (`sluice serve`'s endpoint), and the Response
+// decoded from JSON. hc nil means http.DefaultClient; bound each renewal
+// with ctx or hc's Timeout. A status other than 200 is an error carrying
+// the server's message; a refusal of the whole request (ErrBadRequest,
+// ErrTooManyKeys) keeps its code, so errors.Is and Code see it.
+func HTTP(baseURL string, hc *http.Client) Transport {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	url := strings.TrimRight(baseURL, "/") + "/lease"
+	return TransportFunc(func(ctx context.Context, req *Request) (*Response, error) {
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, err
+		}
+		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		hr.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(hr)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		// A response is one Grant per key: bound what is read by the keys asked.
+		b, err := io.ReadAll(io.LimitReader(resp.Body, int64(4096+1024*len(req.Keys))))
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			var e struct {
+				Error string `json:"error"`
+				Code  string `json:"code"`
+			}
+			if json.Unmarshal(b, &e) == nil && e.Code != "" {
+				return nil, Err(e.Code, e.Error)
+			}
+			if e.Error == "" {
+				e.Error = strings.TrimSpace(string(b))
+			}
+			return nil, fmt.Errorf("lease: %s: %s: %s", url, resp.Status, e.Error)
+		}
+		var out Response
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, fmt.Errorf("lease: %s: %w", url, err)
+		}
+		if len(out.Keys) != len(req.Keys) {
+			return nil, errors.New("lease: the server answered " + fmt.Sprint(len(out.Keys)) + " keys for " + fmt.Sprint(len(req.Keys)))
+		}
+		return &out, nil
+	})
+}
