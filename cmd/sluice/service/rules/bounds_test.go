@@ -329,3 +329,17 @@ func TestDuplicateDomainNamesTheFlag(t *testing.T) {
 	assert.Equal(t, `f.yaml:3: domain: "d" is configured twice (first in f.yaml); -merge-domain-config merges a domain's files`, err.Error())
 	assert.NotContains(t, err.Error(), "MergeDomains")
 }
+
+// Past its parse budget, the search for the line at fault gives up: the
+// error keeps the decoder's line and says the fault is further down.
+func TestYAMLErrorLineBudget(t *testing.T) {
+	yaml := "domain: d\ndescriptors:\n" + strings.Repeat("  - key: a\n    value: v\n", 500) + "   rate_limit: {unit: second, requests_per_unit: 1}\n"
+	_, err := rules.Parse("f.yaml", []byte(yaml))
+	require.Error(t, err)
+	assert.Equal(t, "f.yaml:1003: bad YAML: did not find expected '-' indicator", err.Error())
+
+	defer rules.SetLineSearchBudget(len(yaml) / 2)()
+	_, err = rules.Parse("f.yaml", []byte(yaml))
+	require.Error(t, err)
+	assert.Equal(t, "f.yaml:2: bad YAML: did not find expected '-' indicator (at this line or further down: the file is too large to find the exact line quickly)", err.Error())
+}

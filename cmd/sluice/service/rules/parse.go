@@ -67,7 +67,7 @@ func (p *parser) parseFile(file string, data []byte) error {
 			break
 		}
 		if err != nil {
-			return p.yamlError(err)
+			return p.yamlError(err, data)
 		}
 		// Measure what the aliases add before reading anything through
 		// them (see MaxAliasNodes).
@@ -114,19 +114,117 @@ func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// yamlError turns a syntax error ("yaml: line 7: ...") into an Error.
-func (p *parser) yamlError(err error) error {
-	msg := err.Error()
-	line := 0
+// yamlError turns a syntax error ("yaml: line 7: ...") in data into an
+// Error at the line at fault.
+//
+// Why not take the decoder's line: it is where the construct around the
+// problem began (the list a mis-indented key breaks, the scalar before a
+// tab), one less for some errors, and none for others (an unknown
+// anchor). The line at fault is the first whose end, read as the end of
+// the file, gives the same error: found by parsing prefixes of data, the
+// decoder's line being a lower bound (exponential then binary search). The
+// search parses at most maxLineSearchBytes in all (about a second): in a
+// file too large for that, the error keeps the decoder's line and says the
+// line at fault is further down.
+func (p *parser) yamlError(err error, data []byte) error {
+	line, msg := splitYAMLError(err)
+	if l := problemLine(data, msg, line); l > 0 {
+		line = l
+	} else if line > 0 {
+		msg += " (at this line or further down: the file is too large to find the exact line quickly)"
+	}
+	return &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg}
+}
+
+// splitYAMLError splits "yaml: line 7: problem" into 7 and "problem".
+func splitYAMLError(err error) (line int, msg string) {
+	msg = err.Error()
 	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
 		num, tail, _ := strings.Cut(rest, ":")
 		if l, cerr := strconv.Atoi(num); cerr == nil {
-			line, msg = l, strings.TrimSpace(tail)
+			return l, strings.TrimSpace(tail)
 		}
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	return &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// maxLineSearchBytes bounds the bytes problemLine parses, all its parses
+// together: 2 MiB, about a second of the YAML decoder on a loaded core.
+// Every file of up to about 150 KiB (some thousands of rules) gets its
+// exact line whatever the error; a larger one when the line at fault is
+// near the start of the block around it, the usual case.
+var maxLineSearchBytes = 2 << 20 // a variable for tests only
+
+// problemLine is the first line k ≥ from such that data up to the end of
+// line k fails to parse with msg, or 0 if none is found within
+// maxLineSearchBytes of parsing.
+func problemLine(data []byte, msg string, from int) int {
+	var ends []int // ends[k-1]: the offset just past line k
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	n := len(ends)
+	from = max(from, 1)
+	if from > n {
+		return 0
+	}
+	spent := 0
+	// fails reports whether lines 1…k fail with msg; ok is false when the
+	// budget does not allow the parse.
+	fails := func(k int) (yes, ok bool) {
+		if spent += ends[k-1]; spent > maxLineSearchBytes {
+			return false, false
+		}
+		return syntaxError(data[:ends[k-1]]) == msg, true
+	}
+	lo, hi := from-1, 0 // the line at fault is after lo, at or before hi
+	for k, step := from, 1; hi == 0; step *= 2 {
+		yes, ok := fails(k)
+		switch {
+		case !ok:
+			return 0
+		case yes:
+			hi = k
+		case k == n:
+			return 0 // no prefix fails as the whole did: keep the decoder's line
+		default:
+			lo, k = k, min(k+step, n)
+		}
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		yes, ok := fails(mid)
+		switch {
+		case !ok:
+			return 0
+		case yes:
+			hi = mid
+		default:
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// syntaxError is the message of the first syntax error in data, "" if none.
+func syntaxError(data []byte) string {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		if err != nil {
+			_, msg := splitYAMLError(err)
+			return msg
+		}
+	}
 }
 
 func (p *parser) document(doc *yaml.Node) error {
