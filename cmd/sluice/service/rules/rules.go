@@ -184,9 +184,9 @@ func (r *Rule) per() string {
 // Config is a set of loaded rules files.
 type Config struct {
 	// File is the first file read, Files all of them in the order read.
-	File    string
-	Files   []string
-	Rules   []*Rule
+	File  string
+	Files []string
+	Rules []*Rule
 	// Warnings are what the files say that loads but likely is not meant:
 	// rules that replace one another in a cycle (see ParseAll). The service
 	// logs them at each load.
