@@ -96,8 +96,11 @@ func PeriodOf(u Unit, mult uint32) (time.Duration, error) {
 	}
 	m := time.Duration(max(mult, 1))
 	if m > MaxPeriod/d {
+		if u == Day {
+			return 0, fmt.Errorf("%d %s is %w", m, u, ErrPeriodTooLong)
+		}
 		// Why float days: the product itself may not fit a Duration.
-		return 0, fmt.Errorf("%d %s is %w (%.4g days)", m, u, ErrPeriodTooLong, float64(m)*d.Hours()/24)
+		return 0, fmt.Errorf("%d %s is %w (%.0f days)", m, u, ErrPeriodTooLong, float64(m)*d.Hours()/24)
 	}
 	return d * m, nil
 }
@@ -137,7 +140,9 @@ type Rule struct {
 	// when a request matches it, removes from the request's answer.
 	Replaces []string
 	// Metadata is the descriptor's metadata mapping, as written; it has no
-	// effect on decisions. Nil when the file gives none.
+	// effect on decisions. Nil when the file gives none. Rules whose
+	// metadata is (or holds) the same alias share its value: read it,
+	// never write it (a Config is immutable).
 	Metadata map[string]any
 	File     string // the file the rule is read from
 	Line     int    // where the rule starts in its file
