@@ -108,19 +108,25 @@ func (id overrideID) rule() *rules.Rule {
 }
 
 // check reports why a limit override cannot be a policy: a unit other than
-// second to month, a unit_multiplier of 0, a limit no store can keep (a
-// period past the stores' bound). Its answer never depends on how full the
-// cap is.
+// second to month (year says so plainly), a unit_multiplier of 0, a period
+// (unit × unit_multiplier, checked before it is multiplied: it may not fit
+// in int64) past rules.MaxPeriod, or a rate above what the stores take.
+// Its answer never depends on how full the cap is.
 func (o *overrides) check(ov *ratelimitv3.RateLimitDescriptor_RateLimitOverride) error {
 	id := overrideOf(ov)
-	if id.unit == "" {
+	switch {
+	case rules.Unit(strings.ToLower(ov.GetUnit().String())) == rules.Year:
+		return fmt.Errorf("unit YEAR is not supported; at most MONTH (periods are at most %d days)", rules.MaxPeriod/(24*time.Hour))
+	case id.unit == "":
 		return fmt.Errorf("unit %v: want SECOND, MINUTE, HOUR, DAY or MONTH", ov.GetUnit())
-	}
-	if id.mult == 0 {
+	case id.mult == 0:
 		return errors.New("unit_multiplier 0: want 1 or more")
 	}
 	if _, ok := o.entries.Load(id); ok {
 		return nil // admitted, so valid
+	}
+	if _, err := rules.PeriodOf(id.unit, id.mult); err != nil {
+		return err
 	}
 	if p, ok := id.rule().Policy(); ok {
 		return p.Validate()

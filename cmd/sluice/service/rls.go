@@ -58,9 +58,10 @@ import (
 //
 // An empty domain, no descriptors, a descriptor without entries, a
 // per-descriptor hits_addend of 0 (check without spending: not supported)
-// and, in a configured domain, an override with an unknown unit, a
-// unit_multiplier of 0 or a period past the stores' bound are refused with
-// InvalidArgument.
+// and, in a configured domain, an override with an unknown unit or YEAR, a
+// unit_multiplier of 0, a period (unit × unit_multiplier, checked before it
+// is multiplied) past 52 days (rules.MaxPeriod) or a rate above 10⁹ a
+// second are refused with InvalidArgument.
 func (s *Server) RegisterRateLimitService(g grpc.ServiceRegistrar) {
 	rlsv3.RegisterRateLimitServiceServer(g, &rateLimitService{s: s})
 }

@@ -25,7 +25,7 @@ import (
 // rules c: an empty domain, no descriptors, a descriptor without entries or
 // with hits_addend 0, or, in a domain c configures, a limit override that
 // is not a policy (a unit other than second to month, a unit_multiplier of
-// 0, more than 1e9 a second, a period past the stores' bound).
+// 0, more than 1e9 a second, a period past 52 days).
 func invalidRequest(c *rules.Config, req *rlsv3.RateLimitRequest) bool {
 	if req.GetDomain() == "" || len(req.GetDescriptors()) == 0 {
 		return true
@@ -37,6 +37,9 @@ func invalidRequest(c *rules.Config, req *rlsv3.RateLimitRequest) bool {
 		if o := d.GetLimit(); o != nil && c.HasDomain(req.GetDomain()) {
 			u := rules.Unit(strings.ToLower(o.GetUnit().String()))
 			if u == rules.Year || u.Duration() == 0 || o.GetUnitMultiplier() != nil && o.GetUnitMultiplier().GetValue() == 0 {
+				return true
+			}
+			if _, err := rules.PeriodOf(u, o.GetUnitMultiplier().GetValue()); err != nil {
 				return true
 			}
 			r := &rules.Rule{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, UnitMultiplier: o.GetUnitMultiplier().GetValue()}

@@ -133,7 +133,8 @@ func (s *Server) prepare(p store.Policy) error {
 // state; a rule whose limit changed starts new, full buckets (see
 // rules.BucketKey). A store that holds resources per policy (the shm
 // store) opens those of c's limits before c takes effect; if it cannot, the
-// rules in force stay and the error says why. Safe for concurrent use.
+// rules in force stay and the error says why. c's Warnings are logged once
+// c is in force. Safe for concurrent use.
 func (s *Server) SetRules(c *rules.Config) error {
 	if c == nil {
 		s.rules.Store(nil)
@@ -153,6 +154,11 @@ func (s *Server) SetRules(c *rules.Config) error {
 	}
 	s.rules.Store(rs)
 	s.ruleMetrics.rules.Set(float64(len(c.Rules)))
+	// What loads but is likely not meant (a replaces cycle) is said at
+	// each load, so a reload that brings it in is not silent.
+	for _, w := range c.Warnings {
+		s.log.Warn("rules warning", "warning", w.Error())
+	}
 	return nil
 }
 

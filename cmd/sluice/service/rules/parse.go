@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -32,7 +33,11 @@ func Parse(file string, data []byte) (*Config, error) {
 // ParseAll parses rules files into one Config, in order. Every error is an
 // *Error naming the file at fault; a domain configured in two files is
 // refused naming both, unless opt.MergeDomains. A file with no domain is
-// refused, as is an empty list of files.
+// refused, as is an empty list of files. Named rules of one domain that
+// replace one another in a cycle (A replaces B, B replaces A, or longer)
+// load, as in envoyproxy/ratelimit, with a Config.Warnings entry naming
+// every rule of the cycle: a request whose descriptors match them all is
+// limited by none of them.
 func ParseAll(files []Source, opt Options) (*Config, error) {
 	if len(files) == 0 {
 		return nil, &Error{Msg: "no rules file"}
@@ -45,6 +50,7 @@ func ParseAll(files []Source, opt Options) (*Config, error) {
 			return nil, err
 		}
 	}
+	c.replacesCycles(p.replacesAt)
 	return c, nil
 }
 
@@ -52,7 +58,7 @@ func (p *parser) parseFile(file string, data []byte) error {
 	if len(data) > MaxFileSize {
 		return tooBig(file)
 	}
-	p.file, p.aliased, p.docs = file, 0, 0
+	p.file, p.docs = file, 0
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var n yaml.Node
@@ -61,7 +67,12 @@ func (p *parser) parseFile(file string, data []byte) error {
 			break
 		}
 		if err != nil {
-			return p.yamlError(err)
+			return p.yamlError(err, data)
+		}
+		// Measure what the aliases add before reading anything through
+		// them (see MaxAliasNodes).
+		if err := p.exp.add(p, &n); err != nil {
+			return err
 		}
 		if err := p.document(&n); err != nil {
 			return err
@@ -79,12 +90,21 @@ type parser struct {
 	opt        Options
 	domainFile map[string]string // the file that first configured each domain
 	docs       int               // domains configured by the file being read
-	aliased    int               // descriptors read through an alias (*name), counted as expanded
+	aliased    int               // descriptors of the load read through an alias (*name), counted as expanded
+	exp        expansion         // what the aliases of the load add
+	// meta is the metadata value of each node reached through an alias,
+	// converted once: every rule whose metadata names it shares it.
+	meta map[*yaml.Node]any
+	// replacesAt is the field path of each rule's replaces list, for the
+	// warning of a replaces cycle.
+	replacesAt map[*Rule]string
 }
 
-// Bounds that keep a hostile file (recursive or exponentially nested
-// aliases) from hanging the server, far above any real rules file. Plain
-// descriptors need no count: the file's size bounds them.
+// Bounds that keep a hostile file from costing the server much, far above
+// any real rules file: descriptors nested deeper than maxDepth, and more
+// than maxAliased descriptors of one load read through aliases (each is a
+// rule of its own, so MaxAliasNodes alone would allow tens of thousands).
+// Plain descriptors need no count: the file's size bounds them.
 const (
 	maxDepth   = 32
 	maxAliased = 10_000
@@ -94,19 +114,117 @@ func (p *parser) errf(n *yaml.Node, field, format string, args ...any) error {
 	return &Error{File: p.file, Line: n.Line, Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// yamlError turns a syntax error ("yaml: line 7: ...") into an Error.
-func (p *parser) yamlError(err error) error {
-	msg := err.Error()
-	line := 0
+// yamlError turns a syntax error ("yaml: line 7: ...") in data into an
+// Error at the line at fault.
+//
+// Why not take the decoder's line: it is where the construct around the
+// problem began (the list a mis-indented key breaks, the scalar before a
+// tab), one less for some errors, and none for others (an unknown
+// anchor). The line at fault is the first whose end, read as the end of
+// the file, gives the same error: found by parsing prefixes of data, the
+// decoder's line being a lower bound (exponential then binary search). The
+// search parses at most maxLineSearchBytes in all (about a second): in a
+// file too large for that, the error keeps the decoder's line and says the
+// line at fault is further down.
+func (p *parser) yamlError(err error, data []byte) error {
+	line, msg := splitYAMLError(err)
+	if l := problemLine(data, msg, line); l > 0 {
+		line = l
+	} else if line > 0 {
+		msg += " (at this line or further down: the file is too large to find the exact line quickly)"
+	}
+	return &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg}
+}
+
+// splitYAMLError splits "yaml: line 7: problem" into 7 and "problem".
+func splitYAMLError(err error) (line int, msg string) {
+	msg = err.Error()
 	if rest, ok := strings.CutPrefix(msg, "yaml: line "); ok {
 		num, tail, _ := strings.Cut(rest, ":")
 		if l, cerr := strconv.Atoi(num); cerr == nil {
-			line, msg = l, strings.TrimSpace(tail)
+			return l, strings.TrimSpace(tail)
 		}
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	return &Error{File: p.file, Line: line, Msg: "bad YAML: " + msg}
+	return 0, strings.TrimPrefix(msg, "yaml: ")
+}
+
+// maxLineSearchBytes bounds the bytes problemLine parses, all its parses
+// together: 2 MiB, about a second of the YAML decoder on a loaded core.
+// Every file of up to about 150 KiB (some thousands of rules) gets its
+// exact line whatever the error; a larger one when the line at fault is
+// near the start of the block around it, the usual case.
+var maxLineSearchBytes = 2 << 20 // a variable for tests only
+
+// problemLine is the first line k ≥ from such that data up to the end of
+// line k fails to parse with msg, or 0 if none is found within
+// maxLineSearchBytes of parsing.
+func problemLine(data []byte, msg string, from int) int {
+	var ends []int // ends[k-1]: the offset just past line k
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+		}
+	}
+	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
+		ends = append(ends, len(data))
+	}
+	n := len(ends)
+	from = max(from, 1)
+	if from > n {
+		return 0
+	}
+	spent := 0
+	// fails reports whether lines 1…k fail with msg; ok is false when the
+	// budget does not allow the parse.
+	fails := func(k int) (yes, ok bool) {
+		if spent += ends[k-1]; spent > maxLineSearchBytes {
+			return false, false
+		}
+		return syntaxError(data[:ends[k-1]]) == msg, true
+	}
+	lo, hi := from-1, 0 // the line at fault is after lo, at or before hi
+	for k, step := from, 1; hi == 0; step *= 2 {
+		yes, ok := fails(k)
+		switch {
+		case !ok:
+			return 0
+		case yes:
+			hi = k
+		case k == n:
+			return 0 // no prefix fails as the whole did: keep the decoder's line
+		default:
+			lo, k = k, min(k+step, n)
+		}
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		yes, ok := fails(mid)
+		switch {
+		case !ok:
+			return 0
+		case yes:
+			hi = mid
+		default:
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// syntaxError is the message of the first syntax error in data, "" if none.
+func syntaxError(data []byte) string {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		if err != nil {
+			_, msg := splitYAMLError(err)
+			return msg
+		}
+	}
 }
 
 func (p *parser) document(doc *yaml.Node) error {
@@ -153,7 +271,9 @@ func (p *parser) document(doc *yaml.Node) error {
 	case dup && !p.opt.MergeDomains:
 		// Why name the first file: with a directory, the two files of one
 		// domain are otherwise a hunt.
-		return p.errf(domainNode, "domain", "%q is configured twice (first in %s; merging needs MergeDomains, -merge-domain-config)", domain, p.domainFile[domain])
+		// Why name the flag and not Options.MergeDomains: the reader of
+		// this message runs sluice serve, not Go.
+		return p.errf(domainNode, "domain", "%q is configured twice (first in %s); -merge-domain-config merges a domain's files", domain, p.domainFile[domain])
 	case !dup:
 		top = level{}
 		p.c.domains[domain] = top
@@ -382,6 +502,10 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 		case "name":
 			return p.str(v, f, &r.Name)
 		case "replaces":
+			if p.replacesAt == nil {
+				p.replacesAt = map[*Rule]string{}
+			}
+			p.replacesAt[r] = f
 			return p.replaces(v, f, &r.Replaces)
 		}
 		return p.errf(k, f, "unknown field (want unit, requests_per_unit, unit_multiplier, unlimited, name or replaces)")
@@ -428,11 +552,26 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 		return nil, p.errf(at, join(path, "unit"), "missing (want second, minute, hour, day, week or month)")
 	}
 	r.Unit = Unit(strings.ToLower(unit))
+	if r.Unit == Year {
+		// Why a message of its own: envoyproxy/ratelimit takes year, so a
+		// file written for it says it on purpose; the store's complaint
+		// (a fractional rate, a duration in hours) would not say why.
+		return nil, p.errf(unitNode, join(path, "unit"), "year is not supported; at most month (periods are at most %d days)", MaxPeriod/(24*time.Hour))
+	}
 	if _, ok := unitLength[r.Unit]; !ok {
 		return nil, p.errf(unitNode, join(path, "unit"), "%q is not a unit (want second, minute, hour, day, week or month)", unit)
 	}
 	if rpuNode == nil {
 		return nil, p.errf(m, join(path, "requests_per_unit"), "missing")
+	}
+	// Check the period before any arithmetic uses it: unit × multiplier
+	// may not fit in a Duration at all.
+	if _, err := PeriodOf(r.Unit, r.UnitMultiplier); err != nil {
+		at, field := unitNode, join(path, "unit")
+		if multNode != nil {
+			at, field = multNode, join(path, "unit_multiplier")
+		}
+		return nil, &Error{File: p.file, Line: at.Line, Field: field, Msg: err.Error(), err: err}
 	}
 	if pol, ok := r.Policy(); ok {
 		if err := pol.Validate(); err != nil {
@@ -499,51 +638,114 @@ func (p *parser) replaces(seq *yaml.Node, path string, out *[]string) error {
 }
 
 // metadata reads a descriptor's metadata: any mapping, kept as plain Go
-// values (maps with string keys, lists, strings, numbers, booleans, nil).
+// values (maps with string keys, lists, strings, numbers, booleans, nil),
+// as envoyproxy/ratelimit does before it makes a protobuf Struct (a key 1
+// becomes "1"). Merge keys (<<: *base) merge as YAML says. A node reached
+// through an alias is converted once, and every rule naming it shares the
+// value: 1,000 rules with metadata: *m hold one copy (MaxAliasNodes bounds
+// what the aliases stand for).
 func (p *parser) metadata(v *yaml.Node, path string) (map[string]any, error) {
-	d := deref(v)
-	if d.Kind == yaml.ScalarNode && d.Tag == "!!null" {
+	if d := deref(v); d.Kind == yaml.ScalarNode && d.Tag == "!!null" {
 		return nil, nil
-	}
-	if d.Kind != yaml.MappingNode {
+	} else if d.Kind != yaml.MappingNode {
 		return nil, p.errf(d, path, "want a mapping")
 	}
-	var m map[any]any
-	if err := d.Decode(&m); err != nil {
-		return nil, p.errf(d, path, "%v", err)
+	m, err := p.metaValue(v, path)
+	if err != nil {
+		return nil, err
 	}
-	if len(m) == 0 {
-		return nil, nil
+	if mm := m.(map[string]any); len(mm) > 0 {
+		return mm, nil
 	}
-	return plainMap(m), nil
+	return nil, nil
 }
 
-// plainMap gives a decoded mapping string keys throughout (a key 1 becomes
-// "1"), as envoyproxy/ratelimit does before it makes a protobuf Struct.
-func plainMap(m map[any]any) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[fmt.Sprint(k)] = plainValue(v)
+func (p *parser) metaValue(n *yaml.Node, path string) (any, error) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		t := deref(n)
+		if v, ok := p.meta[t]; ok {
+			return v, nil
+		}
+		v, err := p.metaValue(t, path)
+		if err != nil {
+			return nil, err
+		}
+		if p.meta == nil {
+			p.meta = map[*yaml.Node]any{}
+		}
+		p.meta[t] = v
+		return v, nil
 	}
-	return out
+	switch n.Kind {
+	case yaml.ScalarNode:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, p.errf(n, path, "%v", err)
+		}
+		return v, nil
+	case yaml.SequenceNode:
+		out := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, err := p.metaValue(c, fmt.Sprintf("%s[%d]", path, i))
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	case yaml.MappingNode:
+		return p.metaMap(n, path)
+	}
+	return nil, p.errf(n, path, "unexpected YAML node")
 }
 
-func plainValue(v any) any {
-	switch v := v.(type) {
-	case map[any]any:
-		return plainMap(v)
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[k] = plainValue(e)
+func (p *parser) metaMap(n *yaml.Node, path string) (map[string]any, error) {
+	out := make(map[string]any, len(n.Content)/2)
+	var merges []*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := deref(n.Content[i]), n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, p.errf(k, path, "a key that is a list or a mapping (want a string)")
 		}
-		return out
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = plainValue(e)
+		if k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
 		}
-		return out
+		var kv any
+		if err := k.Decode(&kv); err != nil {
+			return nil, p.errf(k, path, "%v", err)
+		}
+		key := fmt.Sprint(kv)
+		if _, dup := out[key]; dup {
+			return nil, p.errf(k, join(path, key), "given twice")
+		}
+		val, err := p.metaValue(v, join(path, key))
+		if err != nil {
+			return nil, err
+		}
+		out[key] = val
 	}
-	return v
+	// A merge adds the keys the mapping does not give itself; of a list of
+	// merged mappings, the first that gives a key wins (YAML's merge key).
+	for _, mv := range merges {
+		src := []*yaml.Node{mv}
+		if d := deref(mv); d.Kind == yaml.SequenceNode {
+			src = d.Content
+		}
+		for _, s := range src {
+			if deref(s).Kind != yaml.MappingNode {
+				return nil, p.errf(deref(s), join(path, "<<"), "want a mapping or a list of mappings to merge")
+			}
+			v, err := p.metaValue(s, join(path, "<<"))
+			if err != nil {
+				return nil, err
+			}
+			for k, e := range v.(map[string]any) {
+				if _, ok := out[k]; !ok {
+					out[k] = e
+				}
+			}
+		}
+	}
+	return out, nil
 }

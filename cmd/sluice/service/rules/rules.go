@@ -33,7 +33,9 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +46,9 @@ import (
 // Unit is the period of a rule's requests_per_unit, as written in the file.
 type Unit string
 
-// The units envoyproxy/ratelimit knows. Year is refused at load: a bucket
-// that refills over a year is beyond the stores' tolerance (store.MaxTolerance).
+// The units envoyproxy/ratelimit knows. Year is refused at load ("year is
+// not supported; at most month"): a bucket that refills over a year is past
+// MaxPeriod.
 const (
 	Second Unit = "second"
 	Minute Unit = "minute"
@@ -68,6 +71,39 @@ var unitLength = map[Unit]time.Duration{
 
 // Duration is the length of one unit.
 func (u Unit) Duration() time.Duration { return unitLength[u] }
+
+// MaxPeriod is the longest period a rule or an Envoy limit override may
+// have: its unit times its unit_multiplier, at most 52 days. Why 52 days:
+// the stores keep a bucket's refill time (burst × emission interval, about
+// one period) below store.MaxTolerance, 2⁵² ns (52 days and 3 hours), so
+// that the Redis store's Lua doubles stay exact; every period of at most
+// 52 days fits under it whatever requests_per_unit, so the bound a user
+// reads is a round number of days that the stores never tighten.
+const MaxPeriod = 52 * 24 * time.Hour
+
+// ErrPeriodTooLong is the error (wrapped) of a period past MaxPeriod.
+var ErrPeriodTooLong = errors.New("past the 52-day maximum period")
+
+// PeriodOf is the period of mult units (a unit_multiplier of 0 counts as
+// 1): unit × mult, checked before it is multiplied, so a product that
+// would overflow int64 (60 s × 307,445,735 wraps to 26 s) is refused like
+// any other period past MaxPeriod, with an error wrapping
+// ErrPeriodTooLong. An unknown unit is an error too.
+func PeriodOf(u Unit, mult uint32) (time.Duration, error) {
+	d := u.Duration()
+	if d == 0 {
+		return 0, fmt.Errorf("%q is not a unit", string(u))
+	}
+	m := time.Duration(max(mult, 1))
+	if m > MaxPeriod/d {
+		if u == Day {
+			return 0, fmt.Errorf("%d %s is %w", m, u, ErrPeriodTooLong)
+		}
+		// Why float days: the product itself may not fit a Duration.
+		return 0, fmt.Errorf("%d %s is %w (%.0f days)", m, u, ErrPeriodTooLong, float64(m)*d.Hours()/24)
+	}
+	return d * m, nil
+}
 
 // Level is one step of the path from a domain to a rule.
 type Level struct {
@@ -104,7 +140,9 @@ type Rule struct {
 	// when a request matches it, removes from the request's answer.
 	Replaces []string
 	// Metadata is the descriptor's metadata mapping, as written; it has no
-	// effect on decisions. Nil when the file gives none.
+	// effect on decisions. Nil when the file gives none. Rules whose
+	// metadata is (or holds) the same alias share its value: read it,
+	// never write it (a Config is immutable).
 	Metadata map[string]any
 	File     string // the file the rule is read from
 	Line     int    // where the rule starts in its file
@@ -128,9 +166,16 @@ func (r *Rule) Policy() (p store.Policy, ok bool) {
 }
 
 // Period is the span requests_per_unit refill over: the unit times
-// UnitMultiplier. Zero for an unlimited rule.
+// UnitMultiplier. Zero for an unlimited rule. A rule a file or an override
+// yields has a period of at most MaxPeriod (see PeriodOf); for one built by
+// hand past that, Period saturates at the largest Duration rather than
+// wrap, so its Policy fails store.Policy.Validate.
 func (r *Rule) Period() time.Duration {
-	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
+	d, m := r.Unit.Duration(), time.Duration(max(r.UnitMultiplier, 1))
+	if d != 0 && m > math.MaxInt64/d {
+		return math.MaxInt64
+	}
+	return d * m
 }
 
 // per is the period as written: "minute", or "5 minute" with a multiplier.
@@ -144,10 +189,14 @@ func (r *Rule) per() string {
 // Config is a set of loaded rules files.
 type Config struct {
 	// File is the first file read, Files all of them in the order read.
-	File    string
-	Files   []string
-	Rules   []*Rule
-	domains map[string]level
+	File  string
+	Files []string
+	Rules []*Rule
+	// Warnings are what the files say that loads but likely is not meant:
+	// rules that replace one another in a cycle (see ParseAll). The service
+	// logs them at each load.
+	Warnings []*Error
+	domains  map[string]level
 }
 
 // HasDomain reports whether the rules configure domain. A nil Config has
@@ -352,7 +401,14 @@ type Error struct {
 	Line  int    // 1-based; 0 when the whole file is at fault
 	Field string // for example "descriptors[1].rate_limit.unit"
 	Msg   string
+	// err is the condition a caller may test with errors.Is
+	// (ErrPeriodTooLong, ErrTooLarge); nil for the others.
+	err error
 }
+
+// Unwrap returns the condition behind e, if it is one callers can tell
+// apart (ErrPeriodTooLong, ErrTooLarge), else nil.
+func (e *Error) Unwrap() error { return e.err }
 
 func (e *Error) Error() string {
 	var b strings.Builder

@@ -190,12 +190,13 @@ descriptors:
 	assert.Equal(t, rules.Second, rules.Match(c, "d", kv("b", "x")).Unit)
 }
 
-// Aliases cannot hang the parser: a recursive one hits the depth bound, an
-// exponentially expanding one the descriptor count.
+// Aliases cannot hang the parser: a recursive one is refused as such, an
+// exponentially expanding one by the expanded size, and many descriptors
+// through aliases by their count.
 func TestParseHostileAliases(t *testing.T) {
 	_, err := rules.Parse("f", []byte("domain: d\ndescriptors: &x\n  - key: k\n    descriptors: *x\n"))
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "nested deeper than")
+	require.ErrorIs(t, err, rules.ErrTooLarge)
+	assert.Contains(t, err.Error(), "f:4: alias *x names a node that contains itself")
 
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n  - key: l0\n    descriptors: &l0\n      - key: leaf\n")
@@ -204,9 +205,23 @@ func TestParseHostileAliases(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = rules.Parse("f", []byte(b.String()))
+	require.ErrorIs(t, err, rules.ErrTooLarge)
+	assert.Contains(t, err.Error(), "aliases expand the rules past 250000 nodes")
+	assert.Less(t, time.Since(start), 2*time.Second)
+
+	// 101 uses of a list of 100 descriptors: 30,000 nodes, but 10,100
+	// rules.
+	b.Reset()
+	b.WriteString("domain: d\ndescriptors:\n  - key: top\n    descriptors: &list\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "      - {key: k%d, rate_limit: {unit: second, requests_per_unit: 1}}\n", i)
+	}
+	for i := range 101 {
+		fmt.Fprintf(&b, "  - key: t%d\n    descriptors: *list\n", i)
+	}
+	_, err = rules.Parse("f", []byte(b.String()))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "more than 10000 descriptors through aliases")
-	assert.Less(t, time.Since(start), 2*time.Second)
 }
 
 func TestPolicyMapping(t *testing.T) {
@@ -347,7 +362,7 @@ func TestParseErrors(t *testing.T) {
 		{"nested", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
 			`f.yaml:6: descriptors[0].descriptors[0].rate_limit.unit: "fortnight" is not a unit`},
 		{"year", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n",
-			`f.yaml:4: descriptors[0].rate_limit: 1 per year: burst 1 at rate`},
+			`f.yaml:4: descriptors[0].rate_limit.unit: year is not supported; at most month`},
 		{"replaces not a list", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: x\n",
 			`f.yaml:7: descriptors[0].rate_limit.replaces: want a list of {name: NAME}`},
 		{"replaces unknown field", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{nam: x}]\n",
@@ -361,7 +376,7 @@ func TestParseErrors(t *testing.T) {
 		{"unit_multiplier with unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 5}\n",
 			`f.yaml:4: descriptors[0].rate_limit.unit_multiplier: must not be given with unlimited: true`},
 		{"unit_multiplier past the stores' bound", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, unit_multiplier: 60, requests_per_unit: 1}\n",
-			`f.yaml:4: descriptors[0].rate_limit: 1 per 60 day: burst 1 at rate`},
+			`f.yaml:4: descriptors[0].rate_limit.unit_multiplier: 60 day is past the 52-day maximum period`},
 		{"metadata not a mapping", "domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n",
 			`f.yaml:4: descriptors[0].metadata: want a mapping`},
 		{"share without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
