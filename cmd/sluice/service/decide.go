@@ -36,14 +36,14 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 		// The client went away mid-call: not the store's fault, and
 		// nobody is left to answer; count it so it is not lost.
 		s.canceled.Add(1)
-		e.counters.canceled.Inc()
+		e.counters().canceled.Inc()
 		return verdict{}, ctx.Err()
 	case decide.Refused:
 		return verdict{}, d.Err
 	case decide.Degraded:
 		s.storeErr.Inc()
 		s.degraded.Add(1)
-		e.counters.storeError.Inc()
+		e.counters().storeError.Inc()
 		if d.Change == decide.Failing {
 			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
 				"fail_open", s.cfg.FailOpen)
@@ -51,7 +51,7 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 			s.log.Debug("store error", "err", d.Err, "key", key)
 		}
 		if d.Allowed {
-			e.counters.failOpen.Inc()
+			e.counters().failOpen.Inc()
 		}
 		return verdict{allowed: d.Allowed, degraded: true}, nil
 	}
@@ -68,14 +68,14 @@ func (s *Server) tally(e *policyEntry, res store.Result, shadow bool) verdict {
 	switch {
 	case res.Allowed:
 		s.allowed.Add(1)
-		e.counters.allowed.Inc()
+		e.counters().allowed.Inc()
 	case shadow:
 		s.shadowDenied.Add(1)
-		e.counters.shadowDenied.Inc()
+		e.counters().shadowDenied.Inc()
 		v.allowed, v.shadowDenied = true, true
 	default:
 		s.denied.Add(1)
-		e.counters.denied.Inc()
+		e.counters().denied.Inc()
 	}
 	return v
 }

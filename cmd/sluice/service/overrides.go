@@ -151,14 +151,14 @@ func (g *rateLimitService) override(id overrideID) *ruleEntry {
 	// The store's resources for the policy (a table file for the shm
 	// store) open at its first decision; an error there is a store error,
 	// answered per -fail.
-	e, err := g.s.ruleEntry(id.rule())
-	if err != nil { // cannot happen: check validated the policy
+	e := new(ruleEntry)
+	if err := g.s.initRuleEntry(e, id.rule()); err != nil { // cannot happen: check validated the policy
 		o.refused(id)
 		return nil
 	}
-	o.entries.Store(id, &e)
+	o.entries.Store(id, e)
 	o.inUse.Set(float64(o.n.Add(1)))
-	return &e
+	return e
 }
 
 // refused counts an override past the cap and logs it, at most once per

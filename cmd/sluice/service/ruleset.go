@@ -66,18 +66,18 @@ func (s *Server) initRules() error {
 func (s *Server) compile(c *rules.Config) (*ruleSet, error) {
 	rs := &ruleSet{cfg: c, entries: make([]ruleEntry, len(c.Rules))}
 	for i, r := range c.Rules {
-		e, err := s.ruleEntry(r)
-		if err != nil {
+		if err := s.initRuleEntry(&rs.entries[i], r); err != nil {
 			return nil, fmt.Errorf("service: %s:%d: %w", r.File, r.Line, err)
 		}
-		rs.entries[i] = e
 		rs.replaces = rs.replaces || len(r.Replaces) > 0
 	}
 	return rs, nil
 }
 
-func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
-	e := ruleEntry{rule: r}
+// initRuleEntry makes *e, a zero entry, the entry of r. It builds no header
+// text and binds no series: both wait for the rule's first decision.
+func (s *Server) initRuleEntry(e *ruleEntry, r *rules.Rule) error {
+	e.rule = r
 	// Why: the name goes into RateLimit-Policy headers as a structured-field
 	// string, which must be printable ASCII (limitresponse.CheckName); a rule
 	// keyed on other values is named after its line instead (gRPC's
@@ -88,12 +88,13 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	}
 	if p, ok := r.Policy(); ok {
 		if err := p.Validate(); err != nil {
-			return e, err
+			return err
 		}
 		p.Name = name
-		e.policyEntry, e.limited = s.entry(p), true
+		s.initEntry(&e.policyEntry, p)
+		e.limited = true
 	} else {
-		e.policyEntry = policyEntry{p: store.Policy{Name: name}, counters: s.metrics.forPolicy(name)}
+		e.p, e.m = store.Policy{Name: name}, s.metrics
 	}
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
@@ -110,7 +111,7 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 			e.limit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
 	}
-	return e, nil
+	return nil
 }
 
 // preparer is implemented by stores that hold resources per policy and can
@@ -144,8 +145,8 @@ func (s *Server) SetRules(c *rules.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range rs.entries {
-		if e.limited {
+	for i := range rs.entries {
+		if e := &rs.entries[i]; e.limited {
 			if err := s.prepare(e.p); err != nil {
 				return fmt.Errorf("service: %s:%d: %w", e.rule.File, e.rule.Line, err)
 			}

@@ -107,10 +107,28 @@ type Server struct {
 	overrides   overrides // Envoy limit overrides with buckets
 }
 
+// policyEntry is a policy with its response writer and metric series. It
+// is built in place (initEntry) and never copied: ctrs is published once.
 type policyEntry struct {
-	p        store.Policy
-	counters *policyCounters
-	resp     *limitresponse.Policy // headers and body, shared with httplimit
+	p    store.Policy
+	resp *limitresponse.Policy // headers and body, shared with httplimit; nil for a rule without a bucket
+	m    *metrics
+	// ctrs are the policy's series, bound at its first decision (counters).
+	// Why not at load: a rules file may hold a hundred thousand rules,
+	// most of which never decide anything; six series each cost kilobytes
+	// and a scrape's time.
+	ctrs atomic.Pointer[policyCounters]
+}
+
+// counters returns e's series, creating them at the first call.
+func (e *policyEntry) counters() *policyCounters {
+	if c := e.ctrs.Load(); c != nil {
+		return c
+	}
+	// Two racing first calls bind the same children (same labels): either
+	// result will do.
+	e.ctrs.CompareAndSwap(nil, e.m.forPolicy(e.p.Name))
+	return e.ctrs.Load()
 }
 
 // New checks cfg and returns a Server.
@@ -149,7 +167,8 @@ func New(cfg Config) (*Server, error) {
 		cfg.Registry = NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
-	s.def = s.entry(cfg.Default)
+	s.initEntry(&s.def, cfg.Default)
+	s.def.counters() // the flag-given policies' series show from the start
 	for k, p := range cfg.Limits {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
@@ -159,8 +178,10 @@ func New(cfg Config) (*Server, error) {
 		} else if err := limitresponse.CheckName(p.Name); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
 		}
-		e := s.entry(p)
-		s.byKey[k] = &e
+		e := new(policyEntry)
+		s.initEntry(e, p)
+		e.counters()
+		s.byKey[k] = e
 	}
 	s.initOverrides()
 	if err := s.initRules(); err != nil {
@@ -187,8 +208,10 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) entry(p store.Policy) policyEntry {
-	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
+// initEntry makes *e the entry of the valid, named policy p, with no
+// series yet (see policyEntry.counters).
+func (s *Server) initEntry(e *policyEntry, p store.Policy) {
+	e.p, e.m, e.resp = p, s.metrics, limitresponse.NewPolicy(p)
 }
 
 // ServeHTTP implements http.Handler.
