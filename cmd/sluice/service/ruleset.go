@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -120,12 +121,67 @@ type preparer interface {
 	Prepare(policies ...store.Policy) error
 }
 
+// releaser is implemented by stores that can let go of what Prepare opened
+// (shmstore.Store.Release: close the table, remove its file unless another
+// process holds it). One Release undoes one Prepare.
+type releaser interface {
+	Release(policies ...store.Policy)
+}
+
 // prepare opens p's resources in the store, if it has any.
 func (s *Server) prepare(p store.Policy) error {
 	if pr, ok := s.cfg.Store.(preparer); ok {
 		return pr.Prepare(p)
 	}
 	return nil
+}
+
+// release undoes one prepare of each of ps, if the store can.
+func (s *Server) release(ps []store.Policy) {
+	if r, ok := s.cfg.Store.(releaser); ok && len(ps) > 0 {
+		r.Release(ps...)
+	}
+}
+
+// policies returns the policies of rs's limited rules (nil for nil rs).
+func (rs *ruleSet) policies() []store.Policy {
+	if rs == nil {
+		return nil
+	}
+	var ps []store.Policy
+	for i := range rs.entries {
+		if e := &rs.entries[i]; e.limited {
+			ps = append(ps, e.p)
+		}
+	}
+	return ps
+}
+
+// dropSeries deletes the metric series of the policies named in old and not
+// in cur, nor one of the server's own policies (default, -limits, the
+// overrides'), so a reload that renames or removes rules does not leave
+// their series behind for every later scrape. A decision still under way
+// under old may bring a series back; the next reload that drops it again
+// deletes it.
+func (s *Server) dropSeries(old, cur *ruleSet) {
+	if old == nil {
+		return
+	}
+	keep := map[string]bool{s.def.p.Name: true, overrideName: true}
+	for _, e := range s.byKey {
+		keep[e.p.Name] = true
+	}
+	if cur != nil {
+		for i := range cur.entries {
+			keep[cur.entries[i].p.Name] = true
+		}
+	}
+	for i := range old.entries {
+		if name := old.entries[i].p.Name; !keep[name] {
+			keep[name] = true // once is enough
+			s.metrics.deletePolicy(name)
+		}
+	}
 }
 
 // SetRules makes c the rules for every later decision (nil removes them).
@@ -135,25 +191,53 @@ func (s *Server) prepare(p store.Policy) error {
 // rules.BucketKey). A store that holds resources per policy (the shm
 // store) opens those of c's limits before c takes effect; if it cannot, the
 // rules in force stay and the error says why. Safe for concurrent use.
+//
+// What the rules in force held and c does not is released: the store's
+// resources for limits no rule keeps (the shm store closes such a table and
+// removes its file unless another process holds it), and the metric series
+// of rule names c does not have.
 func (s *Server) SetRules(c *rules.Config) error {
-	if c == nil {
-		s.rules.Store(nil)
-		s.ruleMetrics.rules.Set(0)
-		return nil
-	}
-	rs, err := s.compile(c)
-	if err != nil {
-		return err
-	}
-	for i := range rs.entries {
-		if e := &rs.entries[i]; e.limited {
-			if err := s.prepare(e.p); err != nil {
+	return s.setRules(context.Background(), c)
+}
+
+// setRules is SetRules, giving up (and releasing what it prepared) if ctx
+// ends before c takes effect.
+func (s *Server) setRules(ctx context.Context, c *rules.Config) error {
+	// Why one at a time: each set prepares its policies and releases its
+	// predecessor's; two interleaved would release a set twice.
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	var rs *ruleSet
+	if c != nil {
+		var err error
+		if rs, err = s.compile(c); err != nil {
+			return err
+		}
+		var prepared []store.Policy
+		for i := range rs.entries {
+			e := &rs.entries[i]
+			if !e.limited {
+				continue
+			}
+			err := ctx.Err()
+			if err == nil {
+				err = s.prepare(e.p)
+			}
+			if err != nil {
+				s.release(prepared)
 				return fmt.Errorf("service: %s:%d: %w", e.rule.File, e.rule.Line, err)
 			}
+			prepared = append(prepared, e.p)
 		}
 	}
-	s.rules.Store(rs)
-	s.ruleMetrics.rules.Set(float64(len(c.Rules)))
+	old := s.rules.Swap(rs)
+	s.release(old.policies())
+	s.dropSeries(old, rs)
+	if c == nil {
+		s.ruleMetrics.rules.Set(0)
+	} else {
+		s.ruleMetrics.rules.Set(float64(len(c.Rules)))
+	}
 	return nil
 }
 

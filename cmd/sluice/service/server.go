@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -103,6 +104,7 @@ type Server struct {
 	allowed, denied, shadowDenied, degraded, canceled atomic.Int64
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
+	setMu       sync.Mutex              // serialises setRules
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
 }
@@ -183,6 +185,14 @@ func New(cfg Config) (*Server, error) {
 		e.counters()
 		s.byKey[k] = e
 	}
+	// The store's resources for the flag-given policies, held for the
+	// Server's life: a reload releases the rules' (see SetRules), and a
+	// table the default shares with a dropped rule must stay.
+	for _, e := range s.ownEntries() {
+		if err := s.prepare(e.p); err != nil {
+			return nil, fmt.Errorf("service: %w", err)
+		}
+	}
 	s.initOverrides()
 	if err := s.initRules(); err != nil {
 		return nil, err
@@ -206,6 +216,15 @@ func New(cfg Config) (*Server, error) {
 		s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
 	})
 	return s, nil
+}
+
+// ownEntries are the default policy's entry and those of Limits.
+func (s *Server) ownEntries() []*policyEntry {
+	es := []*policyEntry{&s.def}
+	for _, e := range s.byKey {
+		es = append(es, e)
+	}
+	return es
 }
 
 // initEntry makes *e the entry of the valid, named policy p, with no
