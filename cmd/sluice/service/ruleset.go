@@ -229,6 +229,10 @@ func (s *Server) setRules(ctx context.Context, c *rules.Config) error {
 			}
 			prepared = append(prepared, e.p)
 		}
+		if err := ctx.Err(); err != nil {
+			s.release(prepared)
+			return fmt.Errorf("service: rules not applied: %w", errCause(ctx))
+		}
 	}
 	old := s.rules.Swap(rs)
 	s.release(old.policies())
@@ -241,16 +245,37 @@ func (s *Server) setRules(ctx context.Context, c *rules.Config) error {
 	return nil
 }
 
-// ReloadRules loads the rules at paths (files and directories, as
-// rules.LoadAll, combined per Config.RulesOptions) and, if every file is
-// good, makes them the rules in force (as SetRules). If any is not, the
-// rules in force stay, all of them. Either way the outcome is logged and
-// counted in sluice_config_reloads_total; the error, if any, names the file,
-// line and field.
+// ReloadRules is ReloadRulesContext with a context that never ends (the
+// reload is still bounded by Config.ReloadTimeout).
 func (s *Server) ReloadRules(paths ...string) error {
-	c, err := rules.LoadAll(paths, s.cfg.RulesOptions)
+	return s.ReloadRulesContext(context.Background(), paths...)
+}
+
+// ReloadRulesContext loads the rules at paths (files and directories, as
+// rules.LoadAll, combined per Config.RulesOptions; regular files only) and,
+// if every file is good, makes them the rules in force (as SetRules). If
+// any is not, the rules in force stay, all of them. Either way the outcome
+// is logged and counted in sluice_config_reloads_total; the error, if any,
+// names the file, line and field.
+//
+// It returns once the reload is done, or when ctx ends or
+// Config.ReloadTimeout passes, whichever is first; then the rules in force
+// stay and the error wraps ctx's (context.Canceled, DeadlineExceeded). A
+// load given up on finishes reading and parsing in the background, bounded
+// by the file size cap, and its result is dropped; a later reload waits
+// for it (within its own bound) so that at most one load runs at a time.
+// Safe for concurrent use.
+func (s *Server) ReloadRulesContext(ctx context.Context, paths ...string) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.ReloadTimeout,
+		fmt.Errorf("service: rules reload took over %v (Config.ReloadTimeout)", s.cfg.ReloadTimeout))
+	defer cancel()
+	var c *rules.Config
+	err := ctx.Err()
 	if err == nil {
-		err = s.SetRules(c)
+		c, err = s.loadRules(ctx, paths)
+	}
+	if err == nil {
+		err = s.setRules(ctx, c)
 	}
 	if err != nil {
 		s.ruleMetrics.reloadErr.Inc()
@@ -260,6 +285,42 @@ func (s *Server) ReloadRules(paths ...string) error {
 	s.ruleMetrics.reloadOK.Inc()
 	s.log.Info("rules reloaded", "file", strings.Join(c.Files, ","), "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
 	return nil
+}
+
+// loadRules runs rules.LoadAll on another goroutine and waits for it or for
+// ctx. Why another goroutine: reading and parsing cannot be interrupted, and
+// a reload must never hold up shutdown (the caller's ctx) for longer than
+// it takes to notice.
+func (s *Server) loadRules(ctx context.Context, paths []string) (*rules.Config, error) {
+	select {
+	case s.loading <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("service: rules reload: waiting for the previous reload's load to finish: %w", errCause(ctx))
+	}
+	type result struct {
+		c   *rules.Config
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-s.loading }()
+		c, err := rules.LoadAll(paths, s.cfg.RulesOptions)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		return r.c, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("service: rules reload given up: %w", errCause(ctx))
+	}
+}
+
+// errCause is ctx's error, with its cause when that says more.
+func errCause(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil && c != ctx.Err() {
+		return fmt.Errorf("%w: %w", c, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 // allowByRule answers /allow when the key matches a rule of the HTTP domain

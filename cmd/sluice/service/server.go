@@ -28,6 +28,10 @@ const (
 	DefaultMaxBodyBytes = 4 << 10
 	DefaultStoreTimeout = 250 * time.Millisecond
 	DefaultBodyTimeout  = 10 * time.Second
+	// DefaultReloadTimeout bounds one rules reload (Config.ReloadTimeout):
+	// reading and parsing an 8 MiB file of some 100,000 rules takes about
+	// 2 s of CPU, so this leaves room for a loaded machine.
+	DefaultReloadTimeout = 30 * time.Second
 )
 
 // Config configures a Server. Store and Default are required.
@@ -71,6 +75,9 @@ type Config struct {
 	// RulesOptions are how ReloadRules combines its files (MergeDomains);
 	// load Rules with the same.
 	RulesOptions rules.Options
+	// ReloadTimeout bounds one ReloadRules (default DefaultReloadTimeout):
+	// past it the reload is given up and the rules in force stay.
+	ReloadTimeout time.Duration
 	// MaxOverrides caps the distinct Envoy limit overrides (requests_per_unit
 	// and unit) that get buckets (default DefaultMaxOverrides; negative:
 	// none). A process keeps the first it sees; a new one past the cap is
@@ -105,6 +112,7 @@ type Server struct {
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	setMu       sync.Mutex              // serialises setRules
+	loading     chan struct{}           // holds a token while a rules load runs (loadRules)
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
 }
@@ -156,6 +164,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.ReloadTimeout <= 0 {
+		cfg.ReloadTimeout = DefaultReloadTimeout
+	}
 	switch {
 	case cfg.MaxOverrides == 0:
 		cfg.MaxOverrides = DefaultMaxOverrides
@@ -168,7 +179,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits)),
+		loading: make(chan struct{}, 1)}
 	s.initEntry(&s.def, cfg.Default)
 	s.def.counters() // the flag-given policies' series show from the start
 	for k, p := range cfg.Limits {

@@ -92,8 +92,9 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 // removed, or one's size or modification time changed, and then the same on
 // the next check (Windows has no SIGHUP; a Kubernetes ConfigMap update swaps
 // the files). Every file is read again on each reload, and a bad one keeps
-// all the rules in force; service.Server.ReloadRules logs and counts either
-// outcome.
+// all the rules in force; service.Server.ReloadRulesContext logs and counts
+// either outcome, and bounds a reload's time. stop cancels a reload in
+// progress rather than waiting for it.
 func WithRulesReload(paths []string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
 	return func(ctx context.Context, srv *service.Server, _ *slog.Logger) (func(), error) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -119,7 +120,7 @@ func reloadLoop(ctx context.Context, srv *service.Server, paths []string, sig <-
 		case <-sig:
 			last = rulesStamp(paths)
 			pending = last
-			_ = srv.ReloadRules(paths...)
+			_ = srv.ReloadRulesContext(ctx, paths...)
 		case <-tick:
 			// Why sizes and mtimes, not hashes: a stat per file and poll
 			// costs little, and an editor or kubelet that rewrites a file
@@ -130,7 +131,7 @@ func reloadLoop(ctx context.Context, srv *service.Server, paths []string, sig <-
 			now := rulesStamp(paths)
 			if now != last && now == pending {
 				last = now
-				_ = srv.ReloadRules(paths...)
+				_ = srv.ReloadRulesContext(ctx, paths...)
 			}
 			pending = now
 		}
