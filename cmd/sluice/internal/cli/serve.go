@@ -99,6 +99,9 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "sluice serve: %v\n", err)
 		return 2
 	}
+	if cfg.Rules != nil {
+		debug.FreeOSMemory() // the rules parser's garbage, as after a reload (see reload)
+	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.LogFormat == "json" {
 		h = slog.NewJSONHandler(stderr, nil)
