@@ -295,12 +295,20 @@ func (s *Store) Close() error {
 // prepared: the error names the policy.
 func (s *Store) Prepare(policies ...store.Policy) error {
 	for _, p := range policies {
+		// Why count before opening: a Release racing with this call then
+		// sees the table wanted and leaves it open.
+		id := tableID{p.Interval(), p.Burst}
+		s.mu.Lock()
+		s.refs[id]++
+		s.mu.Unlock()
 		if _, err := s.table(p); err != nil {
+			s.mu.Lock()
+			if s.refs[id]--; s.refs[id] <= 0 {
+				delete(s.refs, id)
+			}
+			s.mu.Unlock()
 			return fmt.Errorf("policy %q (rate %v/s, burst %d): %w", p.Name, p.Rate, p.Burst, err)
 		}
-		s.mu.Lock()
-		s.refs[tableID{p.Interval(), p.Burst}]++
-		s.mu.Unlock()
 	}
 	return nil
 }
