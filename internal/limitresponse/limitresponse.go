@@ -31,31 +31,51 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-go/sluice/store"
 )
 
 // cachedTokens is how many remaining-token counts get their header values
-// built once per policy, so the common responses allocate nothing for them.
+// built once, so the common responses allocate nothing for them.
 const cachedTokens = 256
 
-// Policy is one store.Policy with its constant header values built once.
-// It is read-only after NewPolicy and safe for concurrent use.
+// tokenText[r] is the text of r whole tokens, shared by every policy: the
+// X-RateLimit-Remaining value for r, and X-RateLimit-Limit for a burst r.
+var tokenText = func() (t [cachedTokens][]string) {
+	for r := range t {
+		t[r] = []string{strconv.Itoa(r)}
+	}
+	return t
+}()
+
+// Policy is one store.Policy with its header values, built at its first
+// response. It is read-only after NewPolicy as far as callers can tell, and
+// safe for concurrent use.
+//
+// Why built late: a rules file can hold a hundred thousand rules, each a
+// Policy, most of which may never answer a request; the text of a policy
+// that answers (a few hundred bytes, plus one RateLimit value per
+// remaining count seen) costs nothing until it does. NewPolicy itself costs
+// a small struct.
 type Policy struct {
 	p        store.Policy
 	interval time.Duration
-	nameSF   string
+	text     atomic.Pointer[policyText] // nil until the first response
+}
 
+// policyText is a policy's constant header values. Once published it is
+// never modified, except for rateLimit1's entries, each set once.
+type policyText struct {
+	nameSF     string
 	policyHdr  []string // RateLimit-Policy
 	limitHdr   []string // X-RateLimit-Limit
 	policyJSON string   // the body's `,"limit":B,"rate":R`
-
-	// remaining[r] is X-RateLimit-Remaining for r whole tokens;
 	// rateLimit1[r] is RateLimit for r tokens and t=1, the only t a policy
-	// with rate ≥ 1 ever sends (nil for slower policies).
-	remaining  [][]string
-	rateLimit1 [][]string
+	// with rate ≥ 1 ever sends (nil for slower policies), built at the
+	// first response that sends it: a policy pays for the counts it sends.
+	rateLimit1 []atomic.Pointer[[]string]
 }
 
 var (
@@ -64,29 +84,49 @@ var (
 	one     = []string{"1"}
 )
 
-// NewPolicy builds the header values of p, which must be valid
-// (store.Policy.Validate) and named.
+// NewPolicy returns the response writer of p, which must be valid
+// (store.Policy.Validate) and named. It builds no header text: that waits
+// for the first response.
 func NewPolicy(p store.Policy) *Policy {
-	e := &Policy{
-		p:         p,
-		interval:  p.Interval(),
-		nameSF:    sfString(p.Name),
-		policyHdr: []string{PolicyField(p)},
-		limitHdr:  []string{strconv.FormatInt(p.Burst, 10)},
+	return &Policy{p: p, interval: p.Interval()}
+}
+
+// txt returns e's header text, building it on first use. Two goroutines
+// may both build it; one result is kept, and both are the same text.
+func (e *Policy) txt() *policyText {
+	if t := e.text.Load(); t != nil {
+		return t
 	}
-	e.policyJSON = `,"limit":` + strconv.FormatInt(p.Burst, 10) + `,"rate":` + strconv.FormatFloat(p.Rate, 'f', -1, 64)
-	n := min(p.Burst, cachedTokens-1) + 1
-	e.remaining = make([][]string, n)
-	for r := range e.remaining {
-		e.remaining[r] = []string{strconv.Itoa(r)}
+	p := e.p
+	t := &policyText{nameSF: sfString(p.Name), policyHdr: []string{PolicyField(p)}}
+	if p.Burst < cachedTokens {
+		t.limitHdr = tokenText[p.Burst]
+	} else {
+		t.limitHdr = []string{strconv.FormatInt(p.Burst, 10)}
 	}
+	t.policyJSON = `,"limit":` + strconv.FormatInt(p.Burst, 10) + `,"rate":` + strconv.FormatFloat(p.Rate, 'f', -1, 64)
 	if e.interval <= time.Second {
-		e.rateLimit1 = make([][]string, n)
-		for r := range e.rateLimit1 {
-			e.rateLimit1[r] = []string{e.rateLimitField(int64(r), 1)}
-		}
+		t.rateLimit1 = make([]atomic.Pointer[[]string], min(p.Burst, cachedTokens-1)+1)
 	}
-	return e
+	if !e.text.CompareAndSwap(nil, t) {
+		return e.text.Load()
+	}
+	return t
+}
+
+// rateLimit1For returns the RateLimit value for r tokens and t=1 from the
+// cache, building it on first use; nil if the policy caches no such value.
+func (t *policyText) rateLimit1For(r int64) []string {
+	if r < 0 || r >= int64(len(t.rateLimit1)) {
+		return nil
+	}
+	slot := &t.rateLimit1[r]
+	if v := slot.Load(); v != nil {
+		return *v
+	}
+	v := []string{string(t.appendRateLimitField(nil, r, 1))}
+	slot.CompareAndSwap(nil, &v)
+	return *slot.Load()
 }
 
 // Policy returns the store.Policy p was built from.
@@ -122,14 +162,12 @@ func quotaWindow(rate float64) (q, w int64) {
 	return 1, int64(math.Ceil(1 / rate))
 }
 
-func (e *Policy) rateLimitField(r, t int64) string { return string(e.appendRateLimitField(nil, r, t)) }
-
-func (e *Policy) appendRateLimitField(b []byte, r, t int64) []byte {
-	b = append(b, e.nameSF...)
+func (t *policyText) appendRateLimitField(b []byte, r, secs int64) []byte {
+	b = append(b, t.nameSF...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, r, 10)
 	b = append(b, ";t="...)
-	return strconv.AppendInt(b, t, 10)
+	return strconv.AppendInt(b, secs, 10)
 }
 
 // wholeTokens rounds remaining down: to a thousandth first (the figure the
@@ -153,29 +191,35 @@ func (e *Policy) nextToken(res store.Result) time.Duration {
 
 // SetHeaders sets the rate-limit fields of a decision on h: X-RateLimit-Limit,
 // X-RateLimit-Remaining, RateLimit-Policy, RateLimit, and Retry-After for a
-// denial. It allocates nothing for up to 255 remaining tokens on a policy of
-// rate ≥ 1/s, and two allocations otherwise, however many values it had to
-// build (see valueText).
+// denial. Past the policy's first response with the same remaining count,
+// it allocates nothing for up to 255 remaining tokens on a policy of rate
+// ≥ 1/s, and two allocations otherwise, however many values it had to build
+// (see valueText).
 func (e *Policy) SetHeaders(h http.Header, res store.Result) {
+	txt := e.txt()
 	_, r := wholeTokens(res.Remaining)
 	t := ceilDiv(e.nextToken(res), time.Second)
 	// Direct map writes with canonical keys and shared constant values: the
 	// hot path skips canonicalisation and an allocation per header.
-	h["X-Ratelimit-Limit"] = e.limitHdr
-	h["Ratelimit-Policy"] = e.policyHdr
+	h["X-Ratelimit-Limit"] = txt.limitHdr
+	h["Ratelimit-Policy"] = txt.policyHdr
 	var arr [128]byte
 	v := valueText{buf: arr[:0]}
 	iRemaining, iRateLimit, iRetry := -1, -1, -1
-	if r < int64(len(e.remaining)) {
-		h["X-Ratelimit-Remaining"] = e.remaining[r]
+	if r < cachedTokens {
+		h["X-Ratelimit-Remaining"] = tokenText[r]
 	} else {
 		v.buf = strconv.AppendInt(v.buf, r, 10)
 		iRemaining = v.end()
 	}
-	if t == 1 && r < int64(len(e.rateLimit1)) {
-		h["Ratelimit"] = e.rateLimit1[r]
+	var rl []string
+	if t == 1 {
+		rl = txt.rateLimit1For(r)
+	}
+	if rl != nil {
+		h["Ratelimit"] = rl
 	} else {
-		v.buf = e.appendRateLimitField(v.buf, r, t)
+		v.buf = txt.appendRateLimitField(v.buf, r, t)
 		iRateLimit = v.end()
 	}
 	switch s := max(1, ceilDiv(res.RetryAfter, time.Second)); {
@@ -289,13 +333,14 @@ func (e *Policy) WriteDecision(w http.ResponseWriter, res store.Result, shadowDe
 // Retry-After: 1). Failing open sends no RateLimit: the draft lets a server
 // omit it, and any figure would be invented.
 func (e *Policy) SetDegradedHeaders(h http.Header, failOpen bool) {
-	h["X-Ratelimit-Limit"] = e.limitHdr
-	h["Ratelimit-Policy"] = e.policyHdr
+	txt := e.txt()
+	h["X-Ratelimit-Limit"] = txt.limitHdr
+	h["Ratelimit-Policy"] = txt.policyHdr
 	if failOpen {
 		return
 	}
-	h["X-Ratelimit-Remaining"] = e.remaining[0]
-	h["Ratelimit"] = []string{e.rateLimitField(0, 1)}
+	h["X-Ratelimit-Remaining"] = tokenText[0]
+	h["Ratelimit"] = []string{string(txt.appendRateLimitField(nil, 0, 1))}
 	h["Retry-After"] = one
 }
 
@@ -326,7 +371,7 @@ func (e *Policy) WriteDegraded(w http.ResponseWriter, failOpen bool) {
 	_, _ = w.Write(b)
 }
 
-func (e *Policy) appendPolicy(b []byte) []byte { return append(b, e.policyJSON...) }
+func (e *Policy) appendPolicy(b []byte) []byte { return append(b, e.txt().policyJSON...) }
 
 // WriteError writes {"error": msg} with status, as JSON.
 func WriteError(w http.ResponseWriter, status int, msg string) {

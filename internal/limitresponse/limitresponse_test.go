@@ -3,6 +3,8 @@ package limitresponse
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +228,27 @@ func TestSetHeadersAllocsUncached(t *testing.T) {
 		require.Len(t, h[k], 1)
 		assert.Equal(t, 1, cap(h[k]), "%s: capped, so an append cannot reach a neighbour", k)
 	}
+}
+
+var policySink *Policy
+
+// TestNewPolicyBuildsNothing: a Policy costs one small allocation until it
+// answers (a rules file may hold a hundred thousand that never do), and its
+// first answers, racing, all come out right.
+func TestNewPolicyBuildsNothing(t *testing.T) {
+	p := store.Policy{Name: "p", Rate: 7.0 / 86400, Burst: 300}
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { policySink = NewPolicy(p) }))
+
+	e := NewPolicy(store.Policy{Name: "fast", Rate: 100, Burst: 300})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			h := http.Header{}
+			e.SetHeaders(h, store.Result{Allowed: true, Remaining: float64(i % 2), ResetAfter: 5 * time.Millisecond})
+			assert.Equal(t, `"fast";r=`+strconv.Itoa(i%2)+`;t=1`, h.Get("RateLimit"))
+			assert.Equal(t, `"fast";q=100;w=1;sluice-burst=300`, h.Get("RateLimit-Policy"))
+			assert.Equal(t, "300", h.Get("X-RateLimit-Limit"))
+		})
+	}
+	wg.Wait()
 }

@@ -20,3 +20,10 @@ func openHeld(path string, p sharedbucket.Policy, opts []sharedbucket.Option) (*
 
 // sweep removes nothing: there are no table files on this platform.
 func sweep(string, []sharedbucket.Option) int { return 0 }
+
+// release drops the hold; there are no table files on this platform.
+func release(h io.Closer, _ string) {
+	if h != nil {
+		_ = h.Close()
+	}
+}

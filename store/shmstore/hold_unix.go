@@ -170,3 +170,24 @@ func sweepOne(path string, id tableID, opts []sharedbucket.Option) bool {
 	}
 	return os.Remove(path) == nil
 }
+
+// release lets go of a table file this store held (h, from openHeld) after
+// its table was closed: it removes the file at path if no other process
+// holds it, then drops the hold. Why an exclusive lock taken without
+// waiting: any other Store that maps the file holds a shared lock on it,
+// so getting the exclusive one proves nobody does; an opener that has the
+// file open but not yet locked finds it gone once locked (openHeld checks
+// samePath) and starts over.
+func release(h io.Closer, path string) {
+	f, ok := h.(*os.File)
+	if !ok {
+		return
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // another process holds it: the file stays for it
+	}
+	if same, err := samePath(f, path); err == nil && same {
+		_ = os.Remove(path)
+	}
+}

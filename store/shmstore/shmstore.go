@@ -16,8 +16,10 @@
 // Files do not pile up: a Store holds a shared flock on each table file it
 // has open, and Open removes the table files that no Store holds and whose
 // every bucket is full (they hold no information: a new file is the same
-// table). So the files in the directory are those of the policies that
-// running processes use, plus those whose buckets still carry debt.
+// table); Release (a reload dropping a rule's limit) closes a table and
+// removes its file unless another process holds it. So the files in the
+// directory are those of the policies that running processes use, plus
+// those whose buckets still carry debt.
 package shmstore
 
 import (
@@ -48,8 +50,13 @@ type Store struct {
 	closed atomic.Bool
 
 	mu     sync.RWMutex
-	tables map[tableID]*sharedbucket.Table // guarded by mu; grows once per policy
-	held   []io.Closer                     // guarded by mu: the flocks on the tables' files
+	tables map[tableID]*sharedbucket.Table // guarded by mu
+	held   map[tableID]io.Closer           // guarded by mu: the flocks on the tables' files
+	refs   map[tableID]int                 // guarded by mu: Prepare calls not yet Released
+	// dropped are the tables the last Release closed. A decision already
+	// under way when they closed may open one again (see Allow); the next
+	// Release closes those no Prepare took since.
+	dropped []tableID // guarded by mu
 }
 
 // inProcess marks Store for internal/inprocess.Is.
@@ -73,7 +80,8 @@ func Open(dir string, opts ...sharedbucket.Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmstore: %w", err)
 	}
-	s := &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table)}
+	s := &Store{arena: a, opts: opts, tables: make(map[tableID]*sharedbucket.Table),
+		held: make(map[tableID]io.Closer), refs: make(map[tableID]int)}
 	sweep(a.Dir(), opts)
 	return s, nil
 }
@@ -102,7 +110,7 @@ func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
 		return nil, fmt.Errorf("shmstore: %w", err)
 	}
 	s.tables[id] = t
-	s.held = append(s.held, hold)
+	s.held[id] = hold
 	return t, nil
 }
 
@@ -159,15 +167,25 @@ func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy)
 	if len(key) == 0 || len(key) > sharedbucket.MaxKeyLen {
 		return store.Result{}, fmt.Errorf("shmstore: key of %d bytes: want 1 to %d", len(key), sharedbucket.MaxKeyLen)
 	}
-	t, err := s.table(p)
-	if err != nil {
-		return store.Result{}, err
+	var d sharedbucket.Decision
+	for range 2 {
+		t, err := s.table(p)
+		if err != nil {
+			return store.Result{}, err
+		}
+		// One call: the decision and its figures come from the same read
+		// of the bucket (and, when allowed, the same CAS).
+		if d = t.DecideN(key, cost); d.RetryAfter != sharedbucket.Never {
+			break
+		}
+		// Only a closed table says never here: the store's, or a table
+		// Release closed after this call found it. Why once more: a
+		// decision under way through a reload that dropped its policy
+		// still gets an answer, from the table opened again (which the
+		// next Release closes, unless prepared meanwhile).
 	}
-	// One call: the decision and its figures come from the same read of
-	// the bucket (and, when allowed, the same CAS).
-	d := t.DecideN(key, cost)
 	if d.RetryAfter == sharedbucket.Never {
-		return store.Result{}, store.ErrClosed // only a closed table says never here
+		return store.Result{}, store.ErrClosed
 	}
 	return store.Result{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}, nil
 }
@@ -258,10 +276,10 @@ func (s *Store) Close() error {
 		}
 		delete(s.tables, id)
 	}
-	for _, h := range s.held {
+	for id, h := range s.held {
 		_ = h.Close()
+		delete(s.held, id)
 	}
-	s.held = nil
 	if err := s.arena.Close(); err != nil && first == nil {
 		first = err
 	}
@@ -271,12 +289,86 @@ func (s *Store) Close() error {
 // Prepare opens (creating if needed) the tables of the given policies now
 // rather than at their first request, so a mismatch with tables other
 // processes created (another slot count: sharedbucket.ErrPolicyMismatch)
-// shows at start-up instead of as failing requests.
+// shows at start-up instead of as failing requests. Each policy prepared
+// holds its table open until Release is called for it as many times (see
+// Release). On error, the policies before the one that failed stay
+// prepared: the error names the policy.
 func (s *Store) Prepare(policies ...store.Policy) error {
 	for _, p := range policies {
+		// Why count before opening: a Release racing with this call then
+		// sees the table wanted and leaves it open.
+		id := tableID{p.Interval(), p.Burst}
+		s.mu.Lock()
+		s.refs[id]++
+		s.mu.Unlock()
 		if _, err := s.table(p); err != nil {
-			return err
+			s.mu.Lock()
+			if s.refs[id]--; s.refs[id] <= 0 {
+				delete(s.refs, id)
+			}
+			s.mu.Unlock()
+			return fmt.Errorf("policy %q (rate %v/s, burst %d): %w", p.Name, p.Rate, p.Burst, err)
 		}
 	}
 	return nil
+}
+
+// Release undoes one Prepare of each policy. A table no Prepare holds any
+// more is closed and its file removed, unless another process (another
+// Store, another `sluice serve`) holds it: then the file stays for it, with
+// its buckets. Policies with the same rate and burst share one table, which
+// closes only once none of them is prepared. Releasing a policy that was not
+// prepared does nothing.
+//
+// Why remove the file: a reload that changes a rule's limit moves its keys
+// to a new table, and the old one would otherwise stay for the life of the
+// process, a file and a descriptor each, however many reloads come. A table
+// removed loses its buckets' state; a limit the rules bring back starts
+// with full buckets, as a changed limit does.
+//
+// A decision under way on a table as it closes is answered from the table
+// opened again (Allow); so is a later decision on a released policy, as
+// before any Prepare. A table so opened after a Release is closed by the
+// next Release unless prepared meanwhile. A process that mixes Release
+// with policies it never prepares should therefore Prepare them.
+func (s *Store) Release(policies ...store.Policy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Tables a decision opened again since the last Release.
+	for _, id := range s.dropped {
+		if s.refs[id] == 0 {
+			s.closeTable(id)
+		}
+	}
+	s.dropped = s.dropped[:0]
+	for _, p := range policies {
+		id := tableID{p.Interval(), p.Burst}
+		n, ok := s.refs[id]
+		if !ok {
+			continue
+		}
+		if n > 1 {
+			s.refs[id] = n - 1
+			continue
+		}
+		delete(s.refs, id)
+		if s.closeTable(id) {
+			s.dropped = append(s.dropped, id)
+		}
+	}
+}
+
+// closeTable closes id's table, if open, and removes its file unless
+// another process holds it. The caller holds s.mu.
+func (s *Store) closeTable(id tableID) bool {
+	t := s.tables[id]
+	if t == nil {
+		return false
+	}
+	delete(s.tables, id)
+	h := s.held[id]
+	delete(s.held, id)
+	_ = t.Close()
+	release(h, t.Path())
+	return true
 }

@@ -46,14 +46,14 @@ func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e 
 		// The client went away mid-call: not the store's fault, and
 		// nobody is left to answer; count it so it is not lost.
 		s.canceled.Add(1)
-		e.counters.canceled.Inc()
+		e.counters().canceled.Inc()
 		return verdict{}, true, ctx.Err()
 	case decide.Refused:
 		return verdict{}, true, d.Err
 	case decide.Degraded:
 		s.storeErr.Inc()
 		s.degraded.Add(1)
-		e.counters.storeError.Inc()
+		e.counters().storeError.Inc()
 		if d.Change == decide.Failing {
 			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
 				"fail_open", s.cfg.FailOpen)
@@ -62,7 +62,7 @@ func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e 
 			s.log.Debug("store error", "err", d.Err, "key", key)
 		}
 		if d.Allowed {
-			e.counters.failOpen.Inc()
+			e.counters().failOpen.Inc()
 		}
 		return verdict{allowed: d.Allowed, degraded: true}, true, nil
 	}
@@ -80,14 +80,14 @@ func (s *Server) tally(e *policyEntry, res store.Result, shadow bool) verdict {
 	switch {
 	case res.Allowed:
 		s.allowed.Add(1)
-		e.counters.allowed.Inc()
+		e.counters().allowed.Inc()
 	case shadow:
 		s.shadowDenied.Add(1)
-		e.counters.shadowDenied.Inc()
+		e.counters().shadowDenied.Inc()
 		v.allowed, v.shadowDenied = true, true
 	default:
 		s.denied.Add(1)
-		e.counters.denied.Inc()
+		e.counters().denied.Inc()
 	}
 	return v
 }

@@ -76,6 +76,14 @@ func (m *metrics) forPolicy(name string) *policyCounters {
 	}
 }
 
+// deletePolicy deletes the series forPolicy binds for name.
+func (m *metrics) deletePolicy(name string) {
+	for _, r := range []string{resultAllowed, resultDenied, resultShadowDenied, resultError, resultCanceled} {
+		m.decisions.DeleteLabelValues(name, r)
+	}
+	m.failOpen.DeleteLabelValues(name)
+}
+
 // NewRegistry returns a Prometheus registry with the Go runtime and process
 // collectors, the one `sluice serve` exposes.
 func NewRegistry() *prometheus.Registry {

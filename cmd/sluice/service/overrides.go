@@ -25,6 +25,10 @@ import (
 // room for many times that.
 const DefaultMaxOverrides = 64
 
+// overrideName is the policy name of every limit override, in metrics and
+// headers.
+const overrideName = "override"
+
 // overrideLogEvery is how often at most the refusal of an override past the
 // cap is logged; every refusal is counted.
 const overrideLogEvery = time.Minute
@@ -104,7 +108,7 @@ func overrideOf(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) overrideID
 // entry serves every domain, and the decision fills in the request's (see
 // rateLimitService.decide).
 func (id overrideID) rule() *rules.Rule {
-	return &rules.Rule{Name: "override", RequestsPerUnit: id.rpu, Unit: id.unit, UnitMultiplier: id.mult, Override: true}
+	return &rules.Rule{Name: overrideName, RequestsPerUnit: id.rpu, Unit: id.unit, UnitMultiplier: id.mult, Override: true}
 }
 
 // check reports why a limit override cannot be a policy: a unit other than
@@ -154,17 +158,25 @@ func (g *rateLimitService) override(id overrideID) *ruleEntry {
 		o.refused(id)
 		return nil
 	}
-	// The store's resources for the policy (a table file for the shm
-	// store) open at its first decision; an error there is a store error,
-	// answered per -fail.
-	e, err := g.s.ruleEntry(id.rule())
-	if err != nil { // cannot happen: check validated the policy
+	e := new(ruleEntry)
+	if err := g.s.initRuleEntry(e, id.rule()); err != nil { // cannot happen: check validated the policy
 		o.refused(id)
 		return nil
 	}
-	o.entries.Store(id, &e)
+	// The store's resources for the policy (a table file for the shm
+	// store), held for the process's life as the entry is, so no reload
+	// releases a table an override shares with a dropped rule. If they
+	// cannot open now they open at the first decision, and an error there
+	// is a store error, answered per -fail.
+	if e.limited {
+		if err := g.s.prepare(e.p); err != nil {
+			o.log.Warn("cannot open the store's resources for a limit override; deciding per -fail until they open",
+				"override", id.String(), "err", err)
+		}
+	}
+	o.entries.Store(id, e)
 	o.inUse.Set(float64(o.n.Add(1)))
-	return &e
+	return e
 }
 
 // refused counts an override past the cap and logs it, at most once per

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -66,18 +67,18 @@ func (s *Server) initRules() error {
 func (s *Server) compile(c *rules.Config) (*ruleSet, error) {
 	rs := &ruleSet{cfg: c, entries: make([]ruleEntry, len(c.Rules))}
 	for i, r := range c.Rules {
-		e, err := s.ruleEntry(r)
-		if err != nil {
+		if err := s.initRuleEntry(&rs.entries[i], r); err != nil {
 			return nil, fmt.Errorf("service: %s:%d: %w", r.File, r.Line, err)
 		}
-		rs.entries[i] = e
 		rs.replaces = rs.replaces || len(r.Replaces) > 0
 	}
 	return rs, nil
 }
 
-func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
-	e := ruleEntry{rule: r}
+// initRuleEntry makes *e, a zero entry, the entry of r. It builds no header
+// text and binds no series: both wait for the rule's first decision.
+func (s *Server) initRuleEntry(e *ruleEntry, r *rules.Rule) error {
+	e.rule = r
 	// Why: the name goes into RateLimit-Policy headers as a structured-field
 	// string, which must be printable ASCII (limitresponse.CheckName); a rule
 	// keyed on other values is named after its line instead (gRPC's
@@ -88,12 +89,13 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	}
 	if p, ok := r.Policy(); ok {
 		if err := p.Validate(); err != nil {
-			return e, err
+			return err
 		}
 		p.Name = name
-		e.policyEntry, e.limited = s.entry(p), true
+		s.initEntry(&e.policyEntry, p)
+		e.limited = true
 	} else {
-		e.policyEntry = policyEntry{p: store.Policy{Name: name}, counters: s.metrics.forPolicy(name)}
+		e.p, e.m = store.Policy{Name: name}, s.metrics
 	}
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
@@ -110,13 +112,20 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 			e.limit.UnitMultiplier = wrapperspb.UInt32(r.UnitMultiplier)
 		}
 	}
-	return e, nil
+	return nil
 }
 
 // preparer is implemented by stores that hold resources per policy and can
 // open them ahead of the first decision (the shm store's table files).
 type preparer interface {
 	Prepare(policies ...store.Policy) error
+}
+
+// releaser is implemented by stores that can let go of what Prepare opened
+// (shmstore.Store.Release: close the table, remove its file unless another
+// process holds it). One Release undoes one Prepare.
+type releaser interface {
+	Release(policies ...store.Policy)
 }
 
 // prepare opens p's resources in the store, if it has any.
@@ -127,6 +136,54 @@ func (s *Server) prepare(p store.Policy) error {
 	return nil
 }
 
+// release undoes one prepare of each of ps, if the store can.
+func (s *Server) release(ps []store.Policy) {
+	if r, ok := s.cfg.Store.(releaser); ok && len(ps) > 0 {
+		r.Release(ps...)
+	}
+}
+
+// policies returns the policies of rs's limited rules (nil for nil rs).
+func (rs *ruleSet) policies() []store.Policy {
+	if rs == nil {
+		return nil
+	}
+	var ps []store.Policy
+	for i := range rs.entries {
+		if e := &rs.entries[i]; e.limited {
+			ps = append(ps, e.p)
+		}
+	}
+	return ps
+}
+
+// dropSeries deletes the metric series of the policies named in old and not
+// in cur, nor one of the server's own policies (default, -limits, the
+// overrides'), so a reload that renames or removes rules does not leave
+// their series behind for every later scrape. A decision still under way
+// under old may bring a series back; the next reload that drops it again
+// deletes it.
+func (s *Server) dropSeries(old, cur *ruleSet) {
+	if old == nil {
+		return
+	}
+	keep := map[string]bool{s.def.p.Name: true, overrideName: true}
+	for _, e := range s.byKey {
+		keep[e.p.Name] = true
+	}
+	if cur != nil {
+		for i := range cur.entries {
+			keep[cur.entries[i].p.Name] = true
+		}
+	}
+	for i := range old.entries {
+		if name := old.entries[i].p.Name; !keep[name] {
+			keep[name] = true // once is enough
+			s.metrics.deletePolicy(name)
+		}
+	}
+}
+
 // SetRules makes c the rules for every later decision (nil removes them).
 // Requests in flight finish under the rules they started with. A rule whose
 // limit (requests_per_unit and unit) is unchanged keeps its buckets and their
@@ -135,24 +192,56 @@ func (s *Server) prepare(p store.Policy) error {
 // store) opens those of c's limits before c takes effect; if it cannot, the
 // rules in force stay and the error says why. c's Warnings are logged once
 // c is in force. Safe for concurrent use.
+//
+// What the rules in force held and c does not is released: the store's
+// resources for limits no rule keeps (the shm store closes such a table and
+// removes its file unless another process holds it), and the metric series
+// of rule names c does not have.
 func (s *Server) SetRules(c *rules.Config) error {
+	return s.setRules(context.Background(), c)
+}
+
+// setRules is SetRules, giving up (and releasing what it prepared) if ctx
+// ends before c takes effect.
+func (s *Server) setRules(ctx context.Context, c *rules.Config) error {
+	// Why one at a time: each set prepares its policies and releases its
+	// predecessor's; two interleaved would release a set twice.
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	var rs *ruleSet
+	if c != nil {
+		var err error
+		if rs, err = s.compile(c); err != nil {
+			return err
+		}
+		var prepared []store.Policy
+		for i := range rs.entries {
+			e := &rs.entries[i]
+			if !e.limited {
+				continue
+			}
+			err := ctx.Err()
+			if err == nil {
+				err = s.prepare(e.p)
+			}
+			if err != nil {
+				s.release(prepared)
+				return fmt.Errorf("service: %s:%d: %w", e.rule.File, e.rule.Line, err)
+			}
+			prepared = append(prepared, e.p)
+		}
+		if err := ctx.Err(); err != nil {
+			s.release(prepared)
+			return fmt.Errorf("service: rules not applied: %w", errCause(ctx))
+		}
+	}
+	old := s.rules.Swap(rs)
+	s.release(old.policies())
+	s.dropSeries(old, rs)
 	if c == nil {
-		s.rules.Store(nil)
 		s.ruleMetrics.rules.Set(0)
 		return nil
 	}
-	rs, err := s.compile(c)
-	if err != nil {
-		return err
-	}
-	for _, e := range rs.entries {
-		if e.limited {
-			if err := s.prepare(e.p); err != nil {
-				return fmt.Errorf("service: %s:%d: %w", e.rule.File, e.rule.Line, err)
-			}
-		}
-	}
-	s.rules.Store(rs)
 	s.ruleMetrics.rules.Set(float64(len(c.Rules)))
 	// What loads but is likely not meant (a replaces cycle) is said at
 	// each load, so a reload that brings it in is not silent.
@@ -162,16 +251,37 @@ func (s *Server) SetRules(c *rules.Config) error {
 	return nil
 }
 
-// ReloadRules loads the rules at paths (files and directories, as
-// rules.LoadAll, combined per Config.RulesOptions) and, if every file is
-// good, makes them the rules in force (as SetRules). If any is not, the
-// rules in force stay, all of them. Either way the outcome is logged and
-// counted in sluice_config_reloads_total; the error, if any, names the file,
-// line and field.
+// ReloadRules is ReloadRulesContext with a context that never ends (the
+// reload is still bounded by Config.ReloadTimeout).
 func (s *Server) ReloadRules(paths ...string) error {
-	c, err := rules.LoadAll(paths, s.cfg.RulesOptions)
+	return s.ReloadRulesContext(context.Background(), paths...)
+}
+
+// ReloadRulesContext loads the rules at paths (files and directories, as
+// rules.LoadAll, combined per Config.RulesOptions; regular files only) and,
+// if every file is good, makes them the rules in force (as SetRules). If
+// any is not, the rules in force stay, all of them. Either way the outcome
+// is logged and counted in sluice_config_reloads_total; the error, if any,
+// names the file, line and field.
+//
+// It returns once the reload is done, or when ctx ends or
+// Config.ReloadTimeout passes, whichever is first; then the rules in force
+// stay and the error wraps ctx's (context.Canceled, DeadlineExceeded). A
+// load given up on finishes reading and parsing in the background, bounded
+// by the file size cap, and its result is dropped; a later reload waits
+// for it (within its own bound) so that at most one load runs at a time.
+// Safe for concurrent use.
+func (s *Server) ReloadRulesContext(ctx context.Context, paths ...string) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, s.cfg.ReloadTimeout,
+		fmt.Errorf("service: rules reload took over %v (Config.ReloadTimeout)", s.cfg.ReloadTimeout))
+	defer cancel()
+	var c *rules.Config
+	err := ctx.Err()
 	if err == nil {
-		err = s.SetRules(c)
+		c, err = s.loadRules(ctx, paths)
+	}
+	if err == nil {
+		err = s.setRules(ctx, c)
 	}
 	if err != nil {
 		s.ruleMetrics.reloadErr.Inc()
@@ -181,6 +291,42 @@ func (s *Server) ReloadRules(paths ...string) error {
 	s.ruleMetrics.reloadOK.Inc()
 	s.log.Info("rules reloaded", "file", strings.Join(c.Files, ","), "domains", strings.Join(c.Domains(), ","), "rules", len(c.Rules))
 	return nil
+}
+
+// loadRules runs rules.LoadAll on another goroutine and waits for it or for
+// ctx. Why another goroutine: reading and parsing cannot be interrupted, and
+// a reload must never hold up shutdown (the caller's ctx) for longer than
+// it takes to notice.
+func (s *Server) loadRules(ctx context.Context, paths []string) (*rules.Config, error) {
+	select {
+	case s.loading <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("service: rules reload: waiting for the previous reload's load to finish: %w", errCause(ctx))
+	}
+	type result struct {
+		c   *rules.Config
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-s.loading }()
+		c, err := rules.LoadAll(paths, s.cfg.RulesOptions)
+		done <- result{c, err}
+	}()
+	select {
+	case r := <-done:
+		return r.c, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("service: rules reload given up: %w", errCause(ctx))
+	}
+}
+
+// errCause is ctx's error, with its cause when that says more.
+func errCause(ctx context.Context) error {
+	if c := context.Cause(ctx); c != nil && c != ctx.Err() {
+		return fmt.Errorf("%w: %w", c, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 // allowByRule answers /allow when the key matches a rule of the HTTP domain

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ const (
 	DefaultMaxBodyBytes = 4 << 10
 	DefaultStoreTimeout = 250 * time.Millisecond
 	DefaultBodyTimeout  = 10 * time.Second
+	// DefaultReloadTimeout bounds one rules reload (Config.ReloadTimeout):
+	// reading and parsing an 8 MiB file of some 100,000 rules takes about
+	// 2 s of CPU, so this leaves room for a loaded machine.
+	DefaultReloadTimeout = 30 * time.Second
 )
 
 // Config configures a Server. Store and Default are required.
@@ -70,6 +75,9 @@ type Config struct {
 	// RulesOptions are how ReloadRules combines its files (MergeDomains);
 	// load Rules with the same.
 	RulesOptions rules.Options
+	// ReloadTimeout bounds one ReloadRules (default DefaultReloadTimeout):
+	// past it the reload is given up and the rules in force stay.
+	ReloadTimeout time.Duration
 	// MaxOverrides caps the distinct Envoy limit overrides (requests_per_unit
 	// and unit) that get buckets (default DefaultMaxOverrides; negative:
 	// none). A process keeps the first it sees; a new one past the cap is
@@ -127,14 +135,34 @@ type Server struct {
 	admin   *http.ServeMux
 
 	rules       atomic.Pointer[ruleSet] // nil: no rules
+	setMu       sync.Mutex              // serialises setRules
+	loading     chan struct{}           // holds a token while a rules load runs (loadRules)
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
 }
 
+// policyEntry is a policy with its response writer and metric series. It
+// is built in place (initEntry) and never copied: ctrs is published once.
 type policyEntry struct {
-	p        store.Policy
-	counters *policyCounters
-	resp     *limitresponse.Policy // headers and body, shared with httplimit
+	p    store.Policy
+	resp *limitresponse.Policy // headers and body, shared with httplimit; nil for a rule without a bucket
+	m    *metrics
+	// ctrs are the policy's series, bound at its first decision (counters).
+	// Why not at load: a rules file may hold a hundred thousand rules,
+	// most of which never decide anything; six series each cost kilobytes
+	// and a scrape's time.
+	ctrs atomic.Pointer[policyCounters]
+}
+
+// counters returns e's series, creating them at the first call.
+func (e *policyEntry) counters() *policyCounters {
+	if c := e.ctrs.Load(); c != nil {
+		return c
+	}
+	// Two racing first calls bind the same children (same labels): either
+	// result will do.
+	e.ctrs.CompareAndSwap(nil, e.m.forPolicy(e.p.Name))
+	return e.ctrs.Load()
 }
 
 // New checks cfg and returns a Server.
@@ -163,6 +191,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.ReloadTimeout <= 0 {
+		cfg.ReloadTimeout = DefaultReloadTimeout
+	}
 	switch {
 	case cfg.MaxOverrides == 0:
 		cfg.MaxOverrides = DefaultMaxOverrides
@@ -175,8 +206,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
-	s.def = s.entry(cfg.Default)
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits)),
+		loading: make(chan struct{}, 1)}
+	s.initEntry(&s.def, cfg.Default)
+	s.def.counters() // the flag-given policies' series show from the start
 	for k, p := range cfg.Limits {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
@@ -186,8 +219,18 @@ func New(cfg Config) (*Server, error) {
 		} else if err := limitresponse.CheckName(p.Name); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
 		}
-		e := s.entry(p)
-		s.byKey[k] = &e
+		e := new(policyEntry)
+		s.initEntry(e, p)
+		e.counters()
+		s.byKey[k] = e
+	}
+	// The store's resources for the flag-given policies, held for the
+	// Server's life: a reload releases the rules' (see SetRules), and a
+	// table the default shares with a dropped rule must stay.
+	for _, e := range s.ownEntries() {
+		if err := s.prepare(e.p); err != nil {
+			return nil, fmt.Errorf("service: %w", err)
+		}
 	}
 	s.initOverrides()
 	if err := s.initRules(); err != nil {
@@ -238,8 +281,19 @@ func New(cfg Config) (*Server, error) {
 // place /stats and /metrics are served.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
 
-func (s *Server) entry(p store.Policy) policyEntry {
-	return policyEntry{p: p, counters: s.metrics.forPolicy(p.Name), resp: limitresponse.NewPolicy(p)}
+// ownEntries are the default policy's entry and those of Limits.
+func (s *Server) ownEntries() []*policyEntry {
+	es := []*policyEntry{&s.def}
+	for _, e := range s.byKey {
+		es = append(es, e)
+	}
+	return es
+}
+
+// initEntry makes *e the entry of the valid, named policy p, with no
+// series yet (see policyEntry.counters).
+func (s *Server) initEntry(e *policyEntry, p store.Policy) {
+	e.p, e.m, e.resp = p, s.metrics, limitresponse.NewPolicy(p)
 }
 
 // ServeHTTP implements http.Handler.

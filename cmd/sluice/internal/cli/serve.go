@@ -146,6 +146,9 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "sluice serve: -tls-poll %v: must not be negative\n", o.TLSPoll)
 		return 2
 	}
+	if cfg.Rules != nil {
+		debug.FreeOSMemory() // the rules parser's garbage, as after a reload (see reload)
+	}
 	var h slog.Handler = slog.NewTextHandler(stderr, nil)
 	if o.LogFormat == "json" {
 		h = slog.NewJSONHandler(stderr, nil)
@@ -168,16 +171,19 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Store = st
 	if sh, ok := st.(*shmstore.Store); ok {
-		policies := append([]store.Policy{cfg.Default}, rulePolicies(cfg.Rules)...)
+		policies := []store.Policy{cfg.Default}
 		for _, p := range cfg.Limits {
 			policies = append(policies, p)
 		}
+		// The rules' tables are prepared by the service (service.New), which
+		// releases each one when a reload drops it: preparing them here too
+		// would hold them for good.
 		if err := sh.Prepare(policies...); err != nil {
 			log.Error("cannot open the shm tables", "dir", sh.Dir(), "err", err)
 			_ = st.Close()
 			return 1
 		}
-		defer startEvictionWarner(ctx, sh, policies, log)()
+		defer startEvictionWarner(ctx, sh, append(policies, rulePolicies(cfg.Rules)...), log)()
 		if on, err := sh.OnTmpfs(); err == nil && !on {
 			log.Warn("shm store directory is not on tmpfs: page writeback can stall decisions; prefer the default or a tmpfs DIR",
 				"dir", sh.Dir())

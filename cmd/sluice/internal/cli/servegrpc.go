@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -102,8 +103,9 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 // removed, or one's size or modification time changed, and then the same on
 // the next check (Windows has no SIGHUP; a Kubernetes ConfigMap update swaps
 // the files). Every file is read again on each reload, and a bad one keeps
-// all the rules in force; service.Server.ReloadRules logs and counts either
-// outcome.
+// all the rules in force; service.Server.ReloadRulesContext logs and counts
+// either outcome, and bounds a reload's time. stop cancels a reload in
+// progress rather than waiting for it.
 func WithRulesReload(paths []string, sig <-chan os.Signal, poll time.Duration) ServeExtra {
 	return func(ctx context.Context, srv *service.Server, _ *slog.Logger) (func(), error) {
 		ctx, cancel := context.WithCancel(ctx)
@@ -129,7 +131,7 @@ func reloadLoop(ctx context.Context, srv *service.Server, paths []string, sig <-
 		case <-sig:
 			last = rulesStamp(paths)
 			pending = last
-			_ = srv.ReloadRules(paths...)
+			reload(ctx, srv, paths)
 		case <-tick:
 			// Why sizes and mtimes, not hashes: a stat per file and poll
 			// costs little, and an editor or kubelet that rewrites a file
@@ -140,11 +142,22 @@ func reloadLoop(ctx context.Context, srv *service.Server, paths []string, sig <-
 			now := rulesStamp(paths)
 			if now != last && now == pending {
 				last = now
-				_ = srv.ReloadRules(paths...)
+				reload(ctx, srv, paths)
 			}
 			pending = now
 		}
 	}
+}
+
+// reload reloads the rules and hands the memory the old rules and the
+// load's garbage held back to the system. Why: serve runs with GOGC=400
+// (see Serve), so after a reload of a large file the heap would keep up to
+// four times the rules' size as garbage until the next collections, which
+// a quiet server may not run for a long time; a reload is rare, and one
+// forced collection of a heap of rules costs milliseconds.
+func reload(ctx context.Context, srv *service.Server, paths []string) {
+	_ = srv.ReloadRulesContext(ctx, paths...)
+	debug.FreeOSMemory()
 }
 
 // rulesStamp identifies a version of the rules at paths: the files they

@@ -100,14 +100,30 @@ func Expand(paths []string) ([]string, error) {
 	return files, nil
 }
 
-// readCapped reads the file at path, refusing it past MaxFileSize without
-// reading more than MaxFileSize+1 bytes.
+// ErrNotRegular is the refusal of a rules path that names something other
+// than a regular file or a directory: a named pipe, a socket, a device.
+// Why refused: reading a pipe blocks until somebody writes to it (for good,
+// if nobody does), and a device can be endless; a load must end.
+var ErrNotRegular = errors.New("not a regular file: rules are read from regular files only")
+
+// readCapped reads the regular file at path, refusing it past MaxFileSize
+// without reading more than MaxFileSize+1 bytes, and refusing anything
+// else (ErrNotRegular) without blocking: the file is opened without
+// waiting for a writer (openNonBlocking) and checked once open, so a path
+// swapped for a named pipe between Expand and here is refused too.
 func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := openNonBlocking(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("rules: %s (%s): %w", path, kind(fi.Mode()), ErrNotRegular)
+	}
 	// Why read through a limit rather than trust Stat's size alone: the
 	// file may grow between the two, or be a pipe or device with no size.
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
@@ -118,4 +134,19 @@ func readCapped(path string) ([]byte, error) {
 		return nil, tooBig(path)
 	}
 	return data, nil
+}
+
+// kind names a file mode's type for an error message.
+func kind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return "mode " + m.String()
 }
