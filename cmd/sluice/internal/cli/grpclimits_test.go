@@ -61,6 +61,7 @@ type h2Client struct {
 	settings map[http2.SettingID]uint32 // the server's first SETTINGS
 	ended    map[uint32]streamEnd
 	synced   bool
+	goAway   bool
 }
 
 // streamEnd is how the server ended a stream: with trailers (their
@@ -124,6 +125,8 @@ func (h *h2Client) read() {
 		}
 	case *http2.RSTStreamFrame:
 		h.end(f.StreamID, streamEnd{rst: true, rstCode: f.ErrCode})
+	case *http2.GoAwayFrame:
+		h.goAway = true
 	case *http2.PingFrame:
 		if f.IsAck() && f.Data == syncPing {
 			h.synced = true
@@ -255,6 +258,36 @@ func TestGRPCHealthWatchOutlivesRecvTimeout(t *testing.T) {
 	go func() { _, err := w.Recv(); recvd <- err }()
 	cancel()
 	assert.Equal(t, codes.Canceled, status.Code(<-recvd), "the watch ended by our cancel, not before")
+}
+
+// TestGRPCIdleConnectionClosed: a connection without streams for
+// IdleTimeout is closed (GOAWAY, then EOF), as the HTTP port's IdleTimeout
+// closes one.
+func TestGRPCIdleConnectionClosed(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	addr := startGRPCLimits(t, cli.GRPCLimits{IdleTimeout: idle})
+	h := dialH2(t, addr)
+	start := time.Now()
+	h.sync()
+	for {
+		require.NoError(t, h.c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF, "the server closes the connection")
+			break
+		}
+		switch f := f.(type) {
+		case *http2.GoAwayFrame:
+			h.goAway = true
+			assert.Equal(t, http2.ErrCodeNo, f.ErrCode)
+		case *http2.PingFrame: // a graceful GOAWAY waits for a PING's answer
+			if !f.IsAck() {
+				_ = h.fr.WritePing(true, f.Data)
+			}
+		}
+	}
+	assert.True(t, h.goAway, "GOAWAY before closing")
+	assert.GreaterOrEqual(t, time.Since(start), idle)
 }
 
 // TestGRPCMaxRequestSize: a request up to MaxRequestBytes is answered; a
