@@ -33,12 +33,16 @@ import (
 //     decides nothing (the transport's floor);
 //   - serve-memory, serve-redis: RunServer with WithGRPC, as `sluice serve
 //     -grpc -config` runs, on the memory store and on a redis-server
-//     started for the run (skipped without one).
+//     started for the run (skipped without one);
+//   - floor-deadline, serve-memory-deadline: the same with a 1 s deadline
+//     on every call, sent as grpc-timeout, as Envoy sends its filter's
+//     timeout (a call without one costs the server a timer of its own:
+//     GRPCLimits.RecvTimeout).
 //
 // Compare the rows of one run: serve-memory ÷ floor is the service's share
 // of the transport's peak; BenchmarkLoopback's rows are the HTTP side.
 func BenchmarkLoopbackGRPC(b *testing.B) {
-	b.Run("floor", func(b *testing.B) {
+	floor := func(b *testing.B, deadline time.Duration) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)
@@ -48,10 +52,15 @@ func BenchmarkLoopbackGRPC(b *testing.B) {
 		done := make(chan struct{})
 		go func() { _ = g.Serve(ln); close(done) }()
 		b.Cleanup(func() { g.Stop(); <-done })
-		loopbackGRPC(b, ln.Addr().String())
-	})
+		loopbackGRPC(b, ln.Addr().String(), deadline)
+	}
+	b.Run("floor", func(b *testing.B) { floor(b, 0) })
+	b.Run("floor-deadline", func(b *testing.B) { floor(b, time.Second) })
 	b.Run("serve-memory", func(b *testing.B) {
-		serveGRPC(b, store.NewMemory())
+		serveGRPC(b, store.NewMemory(), 0)
+	})
+	b.Run("serve-memory-deadline", func(b *testing.B) {
+		serveGRPC(b, store.NewMemory(), time.Second)
 	})
 	b.Run("serve-redis", func(b *testing.B) {
 		srv := redistest.Start(b)
@@ -59,7 +68,7 @@ func BenchmarkLoopbackGRPC(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		serveGRPC(b, s)
+		serveGRPC(b, s, 0)
 	})
 }
 
@@ -73,8 +82,9 @@ func (okService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rls
 }
 
 // serveGRPC runs RunServer with WithGRPC on st under a rules file of one
-// descriptor key "k", 1000/s per value, and drives it.
-func serveGRPC(b *testing.B, st store.Store) {
+// descriptor key "k", 1000/s per value, and drives it (deadline as
+// loopbackGRPC).
+func serveGRPC(b *testing.B, st store.Store, deadline time.Duration) {
 	rc, err := rules.Parse("perf.yaml", []byte("domain: perf\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
 	if err != nil {
 		b.Fatal(err)
@@ -92,12 +102,13 @@ func serveGRPC(b *testing.B, st store.Store) {
 	}()
 	a := <-addr
 	b.Cleanup(func() { cancel(); <-done; st.Close() })
-	loopbackGRPC(b, a)
+	loopbackGRPC(b, a, deadline)
 }
 
 // loopbackGRPC sends ShouldRateLimit for domain "perf", descriptor k=kN,
-// over 32 channels until b.N answers came back, each checked to be OK.
-func loopbackGRPC(b *testing.B, addr string) {
+// over 32 channels until b.N answers came back, each checked to be OK; each
+// call with deadline (as grpc-timeout) if it is not 0.
+func loopbackGRPC(b *testing.B, addr string, deadline time.Duration) {
 	var next atomic.Int64
 	b.SetParallelism(16) // 32 channels on 2 cores, as the peers harness's peak
 	b.ReportAllocs()
@@ -119,7 +130,12 @@ func loopbackGRPC(b *testing.B, addr string) {
 		}
 		ctx := context.Background()
 		for i := 0; pb.Next(); i++ {
+			ctx, cancel := ctx, context.CancelFunc(func() {})
+			if deadline > 0 {
+				ctx, cancel = context.WithTimeout(ctx, deadline)
+			}
 			resp, err := c.ShouldRateLimit(ctx, reqs[i&63])
+			cancel()
 			if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 				b.Errorf("code %v, err %v", resp.GetOverallCode(), err)
 				return

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +59,9 @@ type ServeOptions struct {
 	LeaseProportional            bool
 	LeaseLearn                   bool
 	LeaseMaxHolders, LeaseMaxAll int
+	// GRPCLimits bound the gRPC port (-grpc-max-streams, -grpc-max-request,
+	// -grpc-in-flight; the rest at their defaults).
+	GRPCLimits GRPCLimits
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -86,6 +91,16 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ConfigPoll, "config-poll", 0, "also reload -config when a file was added, removed, or changed its size or modification time, and then held for one more check, checked this often (0: only on SIGHUP)")
 	fs.BoolVar(&o.MergeDomains, "merge-domain-config", false, "let several -config files configure one domain, merged (as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); without it a domain in two files is an error")
 	fs.StringVar(&o.HTTPDomain, "http-domain", service.DefaultHTTPDomain, "rules domain in which /allow?key=K is looked up, as the descriptor (key, K)")
+	fs.Func("grpc-max-streams", fmt.Sprintf("gRPC: concurrent streams per connection; one past it is refused (REFUSED_STREAM) (default %d)", DefaultGRPCMaxStreams), func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("%q: want a number of streams from 1 to %d", v, uint32(math.MaxUint32))
+		}
+		o.GRPCLimits.MaxStreams = uint32(n)
+		return nil
+	})
+	fs.IntVar(&o.GRPCLimits.MaxRequestBytes, "grpc-max-request", DefaultGRPCMaxRequestBytes, "gRPC: largest request message in bytes; a larger one gets RESOURCE_EXHAUSTED")
+	fs.Int64Var(&o.GRPCLimits.InFlightBytes, "grpc-in-flight", DefaultGRPCInFlightBytes, "gRPC: bytes of requests in flight server-wide, each stream counted at -grpc-max-request; a stream past it gets RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
 		"distinct Envoy limit overrides given buckets (a table file each with the shm store); a new one past this is answered as if absent (0: none)")
 	fs.StringVar(&o.TLSCert, "tls-cert", "", "serve HTTPS and gRPC over TLS with this certificate (PEM; with -tls-key); reloaded on SIGHUP and when the file changes")
@@ -201,7 +216,7 @@ func Serve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if cfg.Rules == nil {
 			log.Warn("-grpc without -config: no descriptor matches a rule, so every one is answered OK")
 		}
-		extras = append(extras, WithGRPC(o.GRPC, nil))
+		extras = append(extras, WithGRPCLimits(o.GRPC, o.GRPCLimits, nil))
 	}
 	if len(o.Config) > 0 {
 		log.Info("rules loaded", "file", strings.Join(cfg.Rules.Files, ","), "domains", strings.Join(cfg.Rules.Domains(), ","), "rules", len(cfg.Rules.Rules))
@@ -294,6 +309,12 @@ func (o *ServeOptions) config() (service.Config, error) {
 		return cfg, errors.New("-config-poll needs -config")
 	case o.MergeDomains && len(o.Config) == 0:
 		return cfg, errors.New("-merge-domain-config needs -config")
+	}
+	if o.GRPCLimits.MaxRequestBytes <= 0 {
+		return cfg, fmt.Errorf("-grpc-max-request %d: must be positive", o.GRPCLimits.MaxRequestBytes)
+	}
+	if o.GRPCLimits.InFlightBytes < int64(o.GRPCLimits.MaxRequestBytes) {
+		return cfg, fmt.Errorf("-grpc-in-flight %d: must be at least -grpc-max-request (%d)", o.GRPCLimits.InFlightBytes, o.GRPCLimits.MaxRequestBytes)
 	}
 	cfg.RulesOptions.MergeDomains = o.MergeDomains
 	if len(o.Config) > 0 {

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
@@ -47,7 +46,17 @@ type ServeExtra func(ctx context.Context, srv *service.Server, log *slog.Logger)
 // Envoy's gRPC health checks. ready, if non-nil, is called with the bound
 // address.
 func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
+	return WithGRPCLimits(addr, GRPCLimits{}, ready)
+}
+
+// WithGRPCLimits is WithGRPC with the bounds lim (see GRPCLimits; WithGRPC
+// takes the defaults).
+func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtra {
 	return func(ctx context.Context, srv *service.Server, log *slog.Logger) (func(), error) {
+		b, err := newGRPCBounds(lim)
+		if err != nil {
+			return nil, err
+		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("-grpc: %w", err)
@@ -57,18 +66,16 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 		if certs != nil {
 			creds = credentials.NewTLS(certs.Config("h2"))
 		}
-		g := grpc.NewServer(
+		g := grpc.NewServer(append(b.options(),
 			grpc.Creds(creds),
-			// Why: Envoy keeps one long-lived HTTP/2 connection per worker
-			// and may ping it; allow pings without streams rather than
-			// closing the connection with GOAWAY "too_many_pings".
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.StreamInterceptor(streamInterceptor),
 			grpc.NumStreamWorkers(uint32(streamWorkersPerP*runtime.GOMAXPROCS(0))),
-		)
+		)...)
 		srv.RegisterRateLimitService(g)
 		leasegrpc.Register(g, srv.RenewLease) // sluice.lease.v1.Leases, beside Envoy's
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
+		b.learn(g)
 		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService", "tls", tlsMode(certs))
 		if ready != nil {
 			ready(ln.Addr())
