@@ -22,8 +22,8 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // slot in an open-addressed table, reads the clock and updates the key's
 // theoretical arrival time (TAT) with one compare-and-swap; a denial writes
 // nothing. Only a new key takes a lock, that of one of 256 shards. Each key
-// costs 64 to 128 bytes of table (a 32-byte slot in a table kept between a
-// quarter and half full), and keys longer than 16 bytes are kept besides
+// costs 64 to 160 bytes of table (a 32-byte slot in a table kept between a
+// fifth and half full), and keys longer than 16 bytes are kept besides
 // (16 more bytes a slot in the shards that hold one).
 //
 // A key whose bucket is full again holds no information (GCRA's "tat ≤ now":
@@ -46,7 +46,8 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // shard forget an eighth of its keys, those nearest to full: they start
 // full again on their next request (more than their share, never less, as
 // sharedbucket's eviction). Evicted counts them. At the default cap the
-// tables take at most about 128 MiB, plus the bytes of keys longer than 16.
+// tables take at most 64 MiB (96 MiB if keys longer than 16 bytes reach
+// every shard, plus those keys' bytes).
 //
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
@@ -348,12 +349,16 @@ func (m *Memory) allowLocked(s *memShard, k memKey, long string, need, T, tau in
 		idle := now - int64(m.sweepEvery)
 		if full := s.countFull(idle); full > 0 {
 			kept := s.n - full
-			t = s.replace(kept+1+kept/4, func(tat int64) bool { return tat <= idle })
+			room := kept + 1 + kept/4
+			if m.shardCap > 0 {
+				room = min(room, max(kept+1, m.shardCap)) // no table beyond what the cap needs
+			}
+			t = s.replace(room, func(tat int64) bool { return tat <= idle })
 			grow, over = false, m.shardCap > 0 && s.n+1 > m.shardCap
 		}
 	}
 	if over {
-		t = m.evict(s, now)
+		t, grow = m.evict(s, now), false
 	}
 	if long != "" && !s.long {
 		s.long = true // and a new table, with room for long keys
