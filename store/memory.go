@@ -357,8 +357,9 @@ func (m *Memory) allowLocked(s *memShard, k memKey, long string, need, T, tau in
 			grow, over = false, m.shardCap > 0 && s.n+1 > m.shardCap
 		}
 	}
-	if over {
+	for over { // again only if spends raced the eviction (see evict)
 		t, grow = m.evict(s, now), false
+		over = s.n+1 > m.shardCap
 	}
 	if long != "" && !s.long {
 		s.long = true // and a new table, with room for long keys
