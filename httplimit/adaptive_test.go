@@ -183,3 +183,52 @@ func TestAdaptiveMisuse(t *testing.T) {
 type acquireOnly struct{}
 
 func (acquireOnly) Acquire(ctx context.Context, n int) error { return ctx.Err() }
+
+// With Adaptive and AdaptToPolicy together the law alone sets the rate: an
+// advertised policy far below min is a ceiling the law clamps to min, never
+// a direct write. One answer with q=1;w=1000 left the limiter at 0.001/s for
+// good while the law reported 10 (5 requests in 10 minutes).
+func TestAdaptiveWithPolicyKeepsBounds(t *testing.T) {
+	virtual(t, func(ctx context.Context, vc *vclock.Clock) {
+		base := &canned{codes: []int{200, 200}, headers: []http.Header{{"Ratelimit-Policy": {`"p";q=1;w=1000`}}, nil}}
+		for _, start := range []float64{10, 50} {
+			lim := limiter(t, ctx, start, 1)
+			rt := httplimit.Transport(base, lim, httplimit.Adaptive(10, 100), httplimit.AdaptToPolicy(), httplimit.AdaptiveLog(nil))
+			end := vc.Now().Add(10 * time.Minute)
+			n := 0
+			for vc.Now().Before(end) {
+				send1(t, ctx, rt)
+				n++
+				require.GreaterOrEqual(t, lim.Rate(), 10.0, "after %d requests", n)
+				require.LessOrEqual(t, lim.Rate(), 100.0)
+				require.Equal(t, rt.Adaptive().Rate(), lim.Rate(), "one owner of the rate")
+			}
+			assert.Equal(t, 10.0, lim.Rate(), "the ceiling, clamped to min")
+			assert.GreaterOrEqual(t, n, 5990, "requests in 10 minutes at min")
+			lim.Stop()
+			base.i = 0
+		}
+	})
+}
+
+// AdaptToPolicy alone has a floor: the limiter's rate when the Transport
+// was made, divided by PolicyFloorFactor. An upstream that advertises
+// q=1;w=1e9 (hostile, or broken) slows the client by that factor at most,
+// instead of to one request in 31 years.
+func TestAdaptToPolicyFloor(t *testing.T) {
+	virtual(t, func(ctx context.Context, vc *vclock.Clock) {
+		base := &canned{codes: []int{200, 200}, headers: []http.Header{{"Ratelimit-Policy": {`"p";q=1;w=1000000000`}}, nil}}
+		lim := limiter(t, ctx, 10, 1)
+		defer lim.Stop()
+		rt := httplimit.Transport(base, lim, httplimit.AdaptToPolicy())
+		send1(t, ctx, rt)
+		assert.Equal(t, 10.0/httplimit.PolicyFloorFactor, lim.Rate())
+		end := vc.Now().Add(10 * time.Minute)
+		n := 0
+		for vc.Now().Before(end) {
+			send1(t, ctx, rt)
+			n++
+		}
+		assert.InDelta(t, 600*10.0/httplimit.PolicyFloorFactor, n, 1, "requests in 10 minutes at the floor")
+	})
+}

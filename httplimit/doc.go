@@ -11,7 +11,11 @@
 //
 // With [Adaptive] the limiter's rate needs no figure: it follows what the
 // upstream accepts, rising while answers are clean and falling on
-// throttling answers, within bounds (the law is [ratelimiter.Adaptive]).
+// throttling answers, within bounds (the law is [ratelimiter.Adaptive]). The
+// law alone sets the rate: an advertised RateLimit-Policy is its ceiling,
+// and its min holds even under a policy lower still. [AdaptToPolicy]
+// without it lowers the rate to the policy, never below the first rate
+// divided by [PolicyFloorFactor], since an upstream may be hostile.
 // Package httplimittest has a simulated upstream, a changing GCRA quota in
 // memory, to test such clients in virtual time.
 //
@@ -26,6 +30,13 @@
 //	lim, err := httplimit.NewMiddleware(store.NewMemory(), store.Policy{Rate: 10, Burst: 20})
 //	if err != nil { ... }
 //	http.ListenAndServe(":8080", lim.Handler(mux))
+//
+// A memory store made so is bounded with no more setup: it forgets a key
+// whose bucket has been full for a minute ([store.DefaultSweep]) within a
+// minute more of traffic, with no goroutine, and holds at most
+// [store.DefaultMaxKeys] keys (past that, the keys nearest to full are
+// forgotten and counted). Clients that rotate addresses cost the keys of
+// the last minute or two, never every key ever seen.
 //
 // # Client IP and proxy headers
 //

@@ -273,8 +273,9 @@ func (l *policyLimiter) SetBurst(b int) error {
 }
 
 // FuzzRateLimitPolicy: whatever RateLimit-Policy says, AdaptToPolicy only
-// ever lowers the rate to a positive finite one and the burst to one of at
-// least 1, to the lowest a well-formed member advertises.
+// ever lowers the rate to a positive finite one, never below its floor
+// (the first rate over PolicyFloorFactor), and the burst to one of at least
+// 1, to the lowest a well-formed member advertises.
 func FuzzRateLimitPolicy(f *testing.F) {
 	for _, s := range []string{
 		`"p";q=10;w=1;sluice-burst=20`, `"p";q=5;w=2`, `"p";q=0;w=1`, `"p";q=1;w=0`, `"p";q=1;w=100000000000000000000`,
@@ -285,7 +286,7 @@ func FuzzRateLimitPolicy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, field string) {
 		lines := strings.Split(field, "\n")
 		lim := &policyLimiter{rate: 100, burst: 50}
-		rt := &RoundTripper{lim: lim}
+		rt := &RoundTripper{lim: lim, floor: 100.0 / PolicyFloorFactor}
 		rt.adaptTo(http.Header{"Ratelimit-Policy": lines})
 		wantRate, wantBurst := 100.0, 50
 		for _, it := range parseSFList(lines) {
@@ -297,7 +298,7 @@ func FuzzRateLimitPolicy(f *testing.F) {
 				wantBurst = int(b)
 			}
 		}
-		require.Equal(t, wantRate, lim.rate)
+		require.Equal(t, max(wantRate, 100.0/PolicyFloorFactor), lim.rate)
 		require.Equal(t, wantBurst, lim.burst)
 	})
 }

@@ -90,6 +90,7 @@ type RoundTripper struct {
 	gate    *semaphore.Semaphore // FIFO: the head waits out holds, then takes its token
 	retries int
 	adapt   bool
+	floor   float64 // with AdaptToPolicy alone: the lowest rate a policy may set (see PolicyFloorFactor)
 
 	// With Adaptive: the bounds and logger given, and the law made from
 	// them once every option is in (nil if the limiter has no SetRate).
@@ -115,10 +116,26 @@ func Retry(max int) TransportOption {
 	return func(t *RoundTripper) { t.retries = max }
 }
 
+// PolicyFloorFactor bounds how far AdaptToPolicy lowers a limiter's rate:
+// never below the rate the limiter had when Transport was called, divided
+// by this factor. Why a floor: the upstream may be broken or hostile, and a
+// policy of one request in 31 years (q=1;w=1000000000) taken as it says
+// would stop the client for good, with no answer ever coming to undo it. A
+// real policy lower than the floor is still enforced by the upstream: its
+// 429s and Retry-After hold the Transport as any throttle does.
+const PolicyFloorFactor = 100
+
 // AdaptToPolicy lowers the limiter's rate (and burst) to what the upstream
 // advertises in RateLimit-Policy ("name";q=Q;w=W is Q/W requests a second;
 // sluice-burst=B a burst), when the limiter has SetRate (SetBurst) and the
-// advertised figure is lower than its own. It never raises them.
+// advertised figure is lower than its own. It never raises them, and never
+// lowers the rate below the limiter's rate at Transport divided by
+// PolicyFloorFactor (the burst stays at least 1).
+//
+// With Adaptive as well, the control law alone sets the rate: the
+// advertised rate is its ceiling, and min its floor (Adaptive reads the
+// policy with or without this option); AdaptToPolicy then adds only the
+// burst.
 func AdaptToPolicy() TransportOption {
 	return func(t *RoundTripper) { t.adapt = true }
 }
@@ -169,6 +186,9 @@ func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *Ro
 	t := &RoundTripper{base: base, lim: lim, gate: semaphore.New(1)}
 	for _, o := range opts {
 		o(t)
+	}
+	if rs, ok := lim.(rateSetter); ok && t.adapt {
+		t.floor = rs.Rate() / PolicyFloorFactor
 	}
 	if rs, ok := lim.(rateSetter); ok && t.lawSet {
 		law, err := ratelimiter.NewAdaptive(rs, t.lawMin, t.lawMax, ratelimiter.LogChanges(t.lawLog, 2))
@@ -437,8 +457,13 @@ func (t *RoundTripper) adaptTo(h http.Header) {
 	if !ok {
 		return
 	}
-	if rs, ok := t.lim.(rateSetter); ok && !math.IsInf(rate, 1) && rate < rs.Rate() {
-		_ = rs.SetRate(rate) // a rate the limiter refuses leaves it as it was
+	// Why not with Adaptive: one owner of the rate. A write here would go
+	// around the law, which bounds the rate to [min, max] and would not see
+	// it (feed hands the policy to the law as a ceiling instead).
+	if rs, ok := t.lim.(rateSetter); ok && t.law == nil && !math.IsInf(rate, 1) {
+		if rate = max(rate, t.floor); rate < rs.Rate() {
+			_ = rs.SetRate(rate) // a rate the limiter refuses leaves it as it was
+		}
 	}
 	if bs, ok := t.lim.(burstSetter); ok && burst < int64(bs.Burst()) {
 		_ = bs.SetBurst(int(burst))

@@ -52,6 +52,12 @@ type RateSetter interface {
 // rate or more): an idle client does not climb to max and then flood the
 // upstream when work arrives.
 //
+// Adaptive owns the limiter's rate: a rate set on the limiter by anyone
+// else lasts only until the next report (OK, Throttled, SetCeiling), which
+// sets the law's rate again. So the limiter stays within [min, max] whatever
+// else writes to it; an advertised policy goes through SetCeiling, never
+// to the limiter directly.
+//
 // Adaptive is safe for concurrent use. Its methods never block; the times
 // they take are the caller's clock (sched.Now for fibers of a loop,
 // time.Now otherwise), which keeps the law exact under virtual time.
@@ -166,8 +172,9 @@ func NewAdaptive(lim RateSetter, min, max float64, opts ...AdaptiveOption) (*Ada
 	return a, nil
 }
 
-// Rate returns the rate Adaptive has set (the limiter's, unless someone
-// else changes it).
+// Rate returns the rate Adaptive has set: the limiter's, or, if someone
+// else changed the limiter's since the last report, the one the next
+// report sets again.
 func (a *Adaptive) Rate() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -196,6 +203,7 @@ func (a *Adaptive) SetCeiling(c float64) {
 		a.base = c
 	}
 	a.set(a.want, a.last)
+	a.own()
 }
 
 // OK reports that a request sent at sent was served, at now.
@@ -210,6 +218,7 @@ func (a *Adaptive) OK(sent, now time.Time) {
 		a.probeServed++
 	}
 	a.advance(now)
+	a.own()
 }
 
 // Throttled reports that a request sent at sent was refused for being too
@@ -219,6 +228,7 @@ func (a *Adaptive) OK(sent, now time.Time) {
 func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.own()
 	a.count(now)
 	if !a.cutAt.IsZero() && !sent.After(a.cutAt) {
 		return
@@ -383,6 +393,17 @@ func (a *Adaptive) advance(now time.Time) {
 		// gentle at first, next to a known ceiling, then faster, so a
 		// quota that grew a lot is found within seconds.
 		a.set(a.want*math.Exp((adaptProbeG0+adaptProbeG1*tau)*dt), now)
+	}
+}
+
+// own puts the limiter back at the law's rate if something else moved it.
+// Why at every report and not only when the law moves: on a plateau the law
+// stays put for minutes, and a rate written around it (an advertised
+// policy, a caller's SetRate) would otherwise hold for as long, outside
+// [min, max] perhaps, while Rate reports the law's.
+func (a *Adaptive) own() {
+	if a.lim.Rate() != a.rate {
+		_ = a.lim.SetRate(a.rate) // a rate the limiter refuses leaves it as it was
 	}
 }
 

@@ -198,3 +198,28 @@ func TestAdaptiveLogsChanges(t *testing.T) {
 	assert.Contains(t, lines[0], "from=100")
 	assert.Contains(t, lines[0], "to=20")
 }
+
+// The law owns the rate: a write to the limiter that bypasses it (another
+// component calling SetRate) lasts until the law's next update, which puts
+// the limiter back at the law's rate, within [min, max], even on a plateau
+// where the law itself does not move.
+func TestAdaptiveRestoresItsRate(t *testing.T) {
+	s := &setter{rate: 10}
+	a, err := ratelimiter.NewAdaptive(s, 10, 100)
+	require.NoError(t, err)
+	now := vclock.Epoch()
+	feed(a, &now, time.Second)
+	a.Throttled(now, now, 0) // a cut: the law is on a plateau now
+	want := a.Rate()
+	require.NoError(t, s.SetRate(0.001))
+	now = now.Add(10 * time.Millisecond)
+	a.OK(now, now)
+	assert.Equal(t, want, s.rate, "an OK restores the law's rate")
+	require.NoError(t, s.SetRate(1e6))
+	a.SetCeiling(math.Inf(1))
+	assert.Equal(t, want, s.rate, "so does a ceiling")
+	require.NoError(t, s.SetRate(0.001))
+	now = now.Add(10 * time.Millisecond)
+	a.Throttled(now.Add(-time.Hour), now, 0) // stale: no cut, but still a look at the limiter
+	assert.Equal(t, want, s.rate, "so does a throttle")
+}

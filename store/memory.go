@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,13 +22,32 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // slot in an open-addressed table, reads the clock and updates the key's
 // theoretical arrival time (TAT) with one compare-and-swap; a denial writes
 // nothing. Only a new key takes a lock, that of one of 256 shards. Each key
-// costs 64 to 128 bytes of table (a 32-byte slot in a table kept between a
-// quarter and half full), and keys longer than 16 bytes are kept besides
+// costs 64 to 160 bytes of table (a 32-byte slot in a table kept between a
+// fifth and half full), and keys longer than 16 bytes are kept besides
 // (16 more bytes a slot in the shards that hold one).
 //
-// A key whose bucket is full again holds no information (GCRA's "tat ≤ now"),
-// so a sweep (Sweep, or WithSweep in the background) deletes such keys
-// without changing any future decision.
+// A key whose bucket is full again holds no information (GCRA's "tat ≤ now":
+// a key dropped then is decided exactly as one never seen), so the store
+// forgets such keys by default, without a goroutine and without changing
+// any decision: a key whose bucket has been full for a sweep interval
+// (DefaultSweep, or WithSweep's) is dropped when its shard's table must
+// grow, and by the calls themselves, which sweep the shards in turn, all
+// 256 over each interval. So such a key is gone after at most one more
+// interval of traffic, and the store holds about the keys used within the
+// last interval or not yet full, never every key ever seen. Why the wait of
+// an interval: a key that comes back soon is found again without the
+// shard's lock, instead of being inserted again. WithSweep also runs a
+// goroutine that sweeps every full key each interval of real time, which
+// Close stops; WithSweep(0) turns all of it off (Sweep still works).
+//
+// Bound: the store holds at most DefaultMaxKeys keys (WithMaxKeys sets the
+// cap): each of the 256 shards at most a 256th of it, rounded up. A new key
+// that finds its shard at the cap after its full keys are dropped makes the
+// shard forget an eighth of its keys, those nearest to full: they start
+// full again on their next request (more than their share, never less, as
+// sharedbucket's eviction). Evicted counts them. At the default cap the
+// tables take at most 64 MiB (96 MiB if keys longer than 16 bytes reach
+// every shard, plus those keys' bytes).
 //
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
@@ -39,7 +59,13 @@ type Memory struct {
 	mono       bool                 // no WithClock, and made outside any synctest bubble: now reads monotime
 	origin     int64                // NewMemory's reading of monotime.Now
 	start      time.Time            // NewMemory's reading of time.Now (a bubble's fake time in one)
-	sweepEvery time.Duration        // WithSweep's
+	sweepEvery time.Duration        // the sweep interval: DefaultSweep or WithSweep's; ≤ 0: no sweeping
+	background bool                 // WithSweep was given: a goroutine sweeps too
+	step       int64                // sweepEvery / memoryShards in ns: the calls sweep one shard per step
+	shardCap   int                  // keys a shard may hold (0: no cap)
+	sweepAt    atomic.Int64         // the store's time at which a call next sweeps a shard
+	sweepNext  atomic.Uint64        // the shard the calls sweep next, modulo memoryShards
+	evicted    atomic.Int64         // keys not full forgotten past the cap
 	shards     [memoryShards]memShard
 	closed     atomic.Bool
 
@@ -162,10 +188,41 @@ type inProcess = inprocess.Marker
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)
 
-// WithSweep makes the store delete full (idle) buckets every interval in a
-// background goroutine that Close stops. Zero or negative disables the sweep.
+// DefaultSweep is a Memory store's sweep interval unless WithSweep says
+// otherwise: a key whose bucket has been full this long is forgotten within
+// this much more time of traffic.
+const DefaultSweep = time.Minute
+
+// DefaultMaxKeys is how many keys a Memory store holds at most unless
+// WithMaxKeys says otherwise (see Memory for what happens past it).
+const DefaultMaxKeys = 1 << 20
+
+// WithSweep sets the sweep interval (DefaultSweep without it) and also
+// makes a goroutine sweep the whole store every interval of real time,
+// which Close stops: for a store that may sit idle with many keys, such as
+// a server's. Zero or negative turns every sweep off: full keys then stay
+// until Sweep is called, or until the cap (WithMaxKeys) evicts.
 func WithSweep(interval time.Duration) MemoryOption {
+	return func(m *Memory) {
+		sweepInterval(interval)(m)
+		m.background = interval > 0
+	}
+}
+
+// sweepInterval sets the sweep interval alone, with no goroutine.
+func sweepInterval(interval time.Duration) MemoryOption {
 	return func(m *Memory) { m.sweepEvery = interval }
+}
+
+// WithMaxKeys caps the keys the store holds (DefaultMaxKeys without it);
+// zero or negative means no cap. See Memory for the rule past the cap.
+func WithMaxKeys(n int) MemoryOption {
+	return func(m *Memory) {
+		m.shardCap = 0
+		if n > 0 {
+			m.shardCap = (n + memoryShards - 1) / memoryShards
+		}
+	}
 }
 
 // WithClock replaces the store's clock with now, which must return
@@ -176,12 +233,17 @@ func WithClock(now func() time.Duration) MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), origin: monotime.Now(), start: time.Now()}
+	m := &Memory{hk: keyhash.New(rand.Uint64(), rand.Uint64()), origin: monotime.Now(), start: time.Now(),
+		sweepEvery: DefaultSweep, shardCap: (DefaultMaxKeys + memoryShards - 1) / memoryShards}
 	for _, o := range opts {
 		o(m)
 	}
 	m.mono = m.clock == nil && !monotime.Bubbled()
-	if m.sweepEvery > 0 { // started after every option, so it sees the final clock
+	if m.sweepEvery > 0 {
+		m.step = max(1, int64(m.sweepEvery/memoryShards))
+		m.sweepAt.Store(m.now() + m.step)
+	}
+	if m.background { // started after every option, so it sees the final clock
 		m.stop = make(chan struct{})
 		m.sweepDone = make(chan struct{})
 		go m.sweepLoop(m.sweepEvery)
@@ -232,6 +294,9 @@ func (m *Memory) Allow(_ context.Context, key string, cost int64, p Policy) (Res
 	// the bound burst + (e−s)/T holds for every interleaving. Read first, it
 	// overlaps the table's cache misses instead of waiting for them.
 	now := m.now()
+	if m.step > 0 && now >= m.sweepAt.Load() {
+		m.sweepDue(now)
+	}
 	if slot := s.tab.Load().find(k, long); slot != nil {
 		for {
 			tat := slot.tat.Load()
@@ -273,16 +338,102 @@ func (m *Memory) allowLocked(s *memShard, k memKey, long string, need, T, tau in
 		return r
 	}
 	t := s.tab.Load()
+	grow := t == nil || uint64(s.n+1) > (t.mask+1)/2
+	over := m.shardCap > 0 && s.n+1 > m.shardCap
+	if (grow || over) && m.step > 0 {
+		// The table is about to be rebuilt (or the shard is at its cap):
+		// first forget the keys full for a sweep interval, so the table
+		// grows only with keys that hold something or were used lately.
+		// Sized with a quarter to spare, so a shard of mostly idle keys is
+		// not rebuilt again at the next insert.
+		idle := now - int64(m.sweepEvery)
+		if full := s.countFull(idle); full > 0 {
+			kept := s.n - full
+			room := kept + 1 + kept/4
+			if m.shardCap > 0 {
+				room = min(room, max(kept+1, m.shardCap)) // no table beyond what the cap needs
+			}
+			t = s.replace(room, func(tat int64) bool { return tat <= idle })
+			grow, over = false, m.shardCap > 0 && s.n+1 > m.shardCap
+		}
+	}
+	for over { // again only if spends raced the eviction (see evict)
+		t, grow = m.evict(s, now), false
+		over = s.n+1 > m.shardCap
+	}
 	if long != "" && !s.long {
 		s.long = true // and a new table, with room for long keys
 		t = s.replace(s.n+1, nil)
-	} else if t == nil || uint64(s.n+1) > (t.mask+1)/2 {
+	} else if grow || uint64(s.n+1) > (t.mask+1)/2 {
 		t = s.replace(s.n+1, nil)
 	}
 	t.insert(k, long, next)
 	s.n++
 	return r
 }
+
+// countFull returns how many of s's keys are full at now (their TAT is at
+// or before it). The caller holds s.mu.
+func (s *memShard) countFull(now int64) int {
+	full := 0
+	if t := s.tab.Load(); t != nil {
+		for j := range t.slots {
+			if t.slots[j].tag.Load() != 0 && t.slots[j].tat.Load() <= now {
+				full++
+			}
+		}
+	}
+	return full
+}
+
+// evict makes room in s, which is at its cap: it forgets an eighth of the
+// cap (at least one key), those with the earliest TATs, nearest to full,
+// counts those that were not full at now, and returns the new table. The
+// caller holds s.mu.
+//
+// Why an eighth at once: a rebuild costs the whole table, so evicting one
+// key per new key would cost a table per request to anyone who rotates
+// keys; an eighth makes it a few nanoseconds a key.
+func (m *Memory) evict(s *memShard, now int64) *memTable {
+	t := s.tab.Load()
+	tats := make([]int64, 0, s.n)
+	for j := range t.slots {
+		if t.slots[j].tag.Load() != 0 {
+			tats = append(tats, t.slots[j].tat.Load())
+		}
+	}
+	drop := min(len(tats), max(1, s.n+1-m.shardCap+m.shardCap/8))
+	slices.Sort(tats)
+	// Drop every TAT below the threshold and as many equal to it as the
+	// count leaves (ties: keys spent at one instant). A TAT only grows, so
+	// one read here may be above the threshold then: the key stays, and
+	// fewer are dropped, never more.
+	th := tats[drop-1]
+	ties := 0
+	for _, v := range tats[:drop] {
+		if v == th {
+			ties++
+		}
+	}
+	evicted := int64(0)
+	t = s.replace(s.n, func(tat int64) bool {
+		drop := tat < th
+		if tat == th && ties > 0 {
+			ties--
+			drop = true
+		}
+		if drop && tat > now {
+			evicted++
+		}
+		return drop
+	})
+	m.evicted.Add(evicted)
+	return t
+}
+
+// Evicted returns how many keys whose buckets were not full the store has
+// forgotten to stay within its cap (WithMaxKeys).
+func (m *Memory) Evicted() int64 { return m.evicted.Load() }
 
 // find returns the slot holding k (and long: see makeKey), or nil. t may be
 // nil (no keys yet).
@@ -404,27 +555,42 @@ func (t *memTable) grow() *memTable {
 func (m *Memory) Sweep() int {
 	n := 0
 	for i := range m.shards {
-		s := &m.shards[i]
-		s.mu.Lock()
-		now := m.now() // under the lock: see allowLocked
-		full := 0
-		if t := s.tab.Load(); t != nil {
-			for j := range t.slots {
-				if t.slots[j].tag.Load() != 0 && t.slots[j].tat.Load() <= now {
-					full++
-				}
-			}
-		}
-		if full > 0 {
-			// A key counted full may be spent before replace reads it
-			// (then it stays), never the other way round: a TAT only grows.
-			before := s.n
-			s.replace(s.n-full, func(tat int64) bool { return tat <= now })
-			n += before - s.n
-		}
-		s.mu.Unlock()
+		n += m.sweepShard(&m.shards[i], 0)
 	}
 	return n
+}
+
+// sweepShard deletes s's keys that have been full for idle nanoseconds or
+// more and returns how many.
+func (m *Memory) sweepShard(s *memShard, idle int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// now is read under the lock (see allowLocked); a cutoff before it
+	// drops fewer keys, and a key full then is full now.
+	cut := m.now() - idle
+	full := s.countFull(cut)
+	if full == 0 {
+		return 0
+	}
+	// A key counted full may be spent before replace reads it (then it
+	// stays), never the other way round: a TAT only grows.
+	before := s.n
+	s.replace(s.n-full, func(tat int64) bool { return tat <= cut })
+	return before - s.n
+}
+
+// sweepDue sweeps the next shard for a call that found the calls' sweep
+// due at now; of the callers that find it due at once, one sweeps.
+//
+// Why at most one interval behind: after the store sat idle, the calls
+// catch up one shard each, a whole round at most, instead of one per step
+// of the idle time.
+func (m *Memory) sweepDue(now int64) {
+	at := m.sweepAt.Load()
+	if now < at || !m.sweepAt.CompareAndSwap(at, max(at, now-int64(m.sweepEvery))+m.step) {
+		return
+	}
+	m.sweepShard(&m.shards[(m.sweepNext.Add(1)-1)&(memoryShards-1)], int64(m.sweepEvery))
 }
 
 func (m *Memory) sweepLoop(interval time.Duration) {

@@ -109,13 +109,19 @@ func TestMemoryClosed(t *testing.T) {
 }
 
 // TestMemoryMatchesMapStore plays the same random calls, clock steps and
-// sweeps against the store and against mapMemory (the plain map it
-// replaced): every result, sweep count and key count must be the same.
+// sweeps against the store (with its own sweeping turned off) and against
+// mapMemory (the plain map it replaced): every result, sweep count and key
+// count must be the same. A store that sweeps (full buckets dropped as
+// tables grow, as calls pass the sweep's pace, and by WithSweep's goroutine
+// on real time, at a fast pace here) must give every same result too: a
+// full bucket dropped is a fresh one.
 func TestMemoryMatchesMapStore(t *testing.T) {
 	ctx := context.Background()
 	c := &vclock{}
-	m := store.NewMemory(store.WithClock(c.Now))
+	m := store.NewMemory(store.WithClock(c.Now), store.WithSweep(0))
 	defer m.Close()
+	swept := store.NewMemory(store.WithClock(c.Now), store.WithSweep(time.Second))
+	defer swept.Close()
 	ref := newMapMemory(c.Now)
 	policies := []store.Policy{{Rate: 100, Burst: 4}, {Rate: 3, Burst: 10}}
 	keys := make([]string, 3000) // enough that every shard's table grows
@@ -137,6 +143,9 @@ func TestMemoryMatchesMapStore(t *testing.T) {
 			got, err2 := m.Allow(ctx, k, cost, p)
 			if err1 != nil || err2 != nil || got != want { // not require: 60k calls of t.Helper are slow under -race
 				t.Fatalf("call %d: key %s cost %d: got %+v, %v; the map store %+v, %v", i, k, cost, got, err2, want, err1)
+			}
+			if got, err := swept.Allow(ctx, k, cost, p); err != nil || got != want {
+				t.Fatalf("call %d: key %s cost %d: sweeping store got %+v, %v; the map store %+v", i, k, cost, got, err, want)
 			}
 		}
 	}

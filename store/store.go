@@ -1,6 +1,6 @@
 // Package store defines where the rate-limit service keeps its buckets.
 //
-//	s := store.NewMemory()
+//	s := store.NewMemory() // forgets idle keys by itself; at most DefaultMaxKeys
 //	r, err := s.Allow(ctx, "tenant-a", 1, store.Policy{Rate: 100, Burst: 200})
 //	if err == nil && !r.Allowed {
 //		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(r.RetryAfter.Seconds()))))

@@ -12,7 +12,9 @@
 // caller's choice: FailOpen (proceed) or FailClosed (refuse). A key the
 // service denied for R is not asked about again until R has passed (the
 // local deny cache), so a flooding caller costs the service nothing while it
-// waits.
+// waits. The cache keeps each clock apart: a denial cached in a sched.Run
+// loop (on its virtual clock) or a testing/synctest bubble never answers a
+// caller on real time, nor the other way round.
 package client
 
 import (
@@ -25,11 +27,14 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/loopctx"
+	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -178,7 +183,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		base:    strings.TrimRight(baseURL, "/"),
 		timeout: DefaultTimeout,
 		jitter:  0.1,
-		cache:   &denyCache{m: make(map[string]denial)},
+		cache:   &denyCache{m: make(map[denyKey]denial)},
 	}
 	for _, o := range opts {
 		o(c)
@@ -240,10 +245,11 @@ func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, erro
 	// ctx's clock: the loop's inside a sched.Run loop, so that a denial
 	// cached at a virtual instant ends at a virtual instant too.
 	now := sched.Now(ctx)
+	dom := domainOf(ctx)
 	// Bad input goes to the service whatever the cache holds, so that it
 	// gets its *RequestError: n < 1 never matches a cached denial, and a
 	// cached denial never answers n above the burst it reported.
-	if d, ok := c.cache.get(key, n, now); ok {
+	if d, ok := c.cache.get(dom, key, n, now); ok {
 		return Decision{RetryAfter: d.until.Sub(now), Limit: d.limit, Rate: d.rate, Source: FromCache}, nil
 	}
 	rctx := ctx
@@ -287,7 +293,7 @@ func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, erro
 			return c.failed(fmt.Errorf("unusable reply %q: %v", truncate(body), err))
 		}
 		if !d.Allowed && d.Degraded == "" {
-			c.cache.put(key, n, now, denial{until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
+			c.cache.put(dom, key, n, now, denial{at: now, until: now.Add(d.RetryAfter), n: n, limit: d.Limit, rate: d.Rate})
 		}
 		return d, nil
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
@@ -360,16 +366,60 @@ func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
 // denyCache remembers denials until their retry-after passes. A denial of n
 // tokens also answers any request of at least n on the same key (a larger
 // request cannot pass sooner); a smaller one asks the service.
+//
+// Entries are kept per clock domain (see domainOf): a denial is an instant
+// of the clock it was read on, and compared with another clock's reading
+// it means nothing (a virtual clock in the year 2000 against real time is
+// a retry-after of decades, either way round). An entry also answers only
+// readings at or after the one it was cached at, so a clock of the same
+// domain set back (a second synctest bubble) asks the service again.
 type denyCache struct {
 	mu sync.Mutex
-	m  map[string]denial // guarded by mu
+	m  map[denyKey]denial // guarded by mu
+}
+
+type denyKey struct {
+	dom domain
+	key string
 }
 
 type denial struct {
+	at    time.Time // when it was cached, on its domain's clock
 	until time.Time
 	n     int64
 	limit int64
 	rate  float64
+}
+
+// A domain names the clock a caller's "now" comes from: nil for real time,
+// bubbleDomain inside a testing/synctest bubble (outside any loop), and the
+// loop's clock for a fiber of a sched.Run loop (one domain per clock: loops
+// sharing a vclock.Clock share it).
+type domain any
+
+type bubble struct{}
+
+type anyLoop struct{}
+
+var bubbleDomain, loopDomain domain = bubble{}, anyLoop{}
+
+// domainOf returns the clock domain of ctx.
+func domainOf(ctx context.Context) domain {
+	if loopctx.InLoop(ctx) {
+		c := loopctx.ClockOf(ctx, nil)
+		// Why the check: a map key must hash, and a loop on a user's
+		// clock.Clock of a type that cannot (a struct holding a slice)
+		// would panic. Such loops share one domain; the cached instant
+		// (denial.at) still keeps a clock set back from using it.
+		if !reflect.ValueOf(c).Comparable() {
+			return loopDomain
+		}
+		return c
+	}
+	if monotime.Bubbled() {
+		return bubbleDomain
+	}
+	return nil
 }
 
 // maxDenials bounds the cache; past it, expired entries are dropped, and if
@@ -377,24 +427,25 @@ type denial struct {
 // the service did not make).
 const maxDenials = 10_000
 
-func (dc *denyCache) get(key string, n int64, now time.Time) (denial, bool) {
+func (dc *denyCache) get(dom domain, key string, n int64, now time.Time) (denial, bool) {
 	if dc == nil {
 		return denial{}, false
 	}
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
-	d, ok := dc.m[key]
+	k := denyKey{dom, key}
+	d, ok := dc.m[k]
 	if !ok {
 		return denial{}, false
 	}
-	if !now.Before(d.until) {
-		delete(dc.m, key)
+	if !now.Before(d.until) || now.Before(d.at) {
+		delete(dc.m, k)
 		return denial{}, false
 	}
 	return d, n >= d.n && (d.limit <= 0 || n <= d.limit)
 }
 
-func (dc *denyCache) put(key string, n int64, now time.Time, d denial) {
+func (dc *denyCache) put(dom domain, key string, n int64, now time.Time, d denial) {
 	if dc == nil {
 		return
 	}
@@ -402,7 +453,9 @@ func (dc *denyCache) put(key string, n int64, now time.Time, d denial) {
 	defer dc.mu.Unlock()
 	if len(dc.m) >= maxDenials {
 		for k, v := range dc.m {
-			if !now.Before(v.until) {
+			// Only this domain's entries can be judged by now; the clear
+			// below bounds the others.
+			if k.dom == dom && !now.Before(v.until) {
 				delete(dc.m, k)
 			}
 		}
@@ -410,8 +463,9 @@ func (dc *denyCache) put(key string, n int64, now time.Time, d denial) {
 			clear(dc.m)
 		}
 	}
-	if old, ok := dc.m[key]; ok && old.n < n && old.until.After(d.until) {
+	k := denyKey{dom, key}
+	if old, ok := dc.m[k]; ok && old.n < n && old.until.After(d.until) && !now.Before(old.at) {
 		return // keep the smaller denial: it answers more requests
 	}
-	dc.m[key] = d
+	dc.m[k] = d
 }

@@ -399,3 +399,82 @@ func TestAcquireWaitsOnTheLoopsClock(t *testing.T) {
 	assert.Equal(t, int64(2), calls.Load())
 	assert.Less(t, time.Since(wall), 500*time.Millisecond, "no real second waited")
 }
+
+// TestDenyCacheKeepsClocksApart: a denial cached at an instant of one clock
+// never answers a caller on another. A denial cached inside a virtual-time
+// loop (its clock in the year 2000) must not answer a real-time caller with
+// a retry-after of decades (a virtual clock may start in any year), and
+// one cached in real time must not make a
+// virtual-time caller's Acquire fail at once for a wait of decades: each
+// asks the service.
+func TestDenyCacheKeepsClocksApart(t *testing.T) {
+	var calls atomic.Int64
+	rt := &inProcess{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		calls.Add(1)
+		if r.URL.Query().Get("key") == "denied" {
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"allowed":false,"remaining":0,"limit":1,"rate":1,"retry_after_ms":1000}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"allowed":true,"remaining":0,"limit":1,"rate":1}`)
+	})}
+	t.Run("virtual then real", func(t *testing.T) {
+		c := newClient(t, rt, client.WithJitter(0))
+		require.NoError(t, sched.Run(context.Background(), func(ctx context.Context) error {
+			d, err := c.Allow(ctx, "denied", 1)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed)
+			return nil
+		}, sched.Virtual(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))))
+		before := calls.Load()
+		d, err := c.Allow(context.Background(), "denied", 1)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed)
+		assert.Equal(t, client.FromServer, d.Source, "asked the service, not a virtual-time entry")
+		assert.LessOrEqual(t, d.RetryAfter, time.Second)
+		assert.Equal(t, before+1, calls.Load())
+	})
+	t.Run("real then virtual", func(t *testing.T) {
+		c := newClient(t, rt, client.WithJitter(0))
+		d, err := c.Allow(context.Background(), "denied", 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.NoError(t, sched.Run(context.Background(), func(ctx context.Context) error {
+			before := calls.Load()
+			d, err := c.Allow(ctx, "denied", 1)
+			require.NoError(t, err)
+			assert.Equal(t, client.FromServer, d.Source, "asked the service, not a real-time entry")
+			assert.LessOrEqual(t, d.RetryAfter, time.Second)
+			assert.Equal(t, before+1, calls.Load())
+			// Acquire waits the virtual retry-after and asks again: with a
+			// deadline an hour ahead it must not give up at once.
+			ctx, cancel := sched.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			start := sched.Now(ctx)
+			err = c.Acquire(ctx, "denied", 1)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.GreaterOrEqual(t, sched.Now(ctx).Sub(start), 59*time.Minute, "waited on the loop's clock, not failed at once")
+			return nil
+		}, sched.Virtual(time.Time{})))
+	})
+	t.Run("two loops", func(t *testing.T) {
+		// Two virtual runs on clocks a year apart: the later one's entry
+		// does not answer the earlier one.
+		c := newClient(t, rt, client.WithJitter(0))
+		run := func(start time.Time) client.Decision {
+			var d client.Decision
+			require.NoError(t, sched.Run(context.Background(), func(ctx context.Context) error {
+				var err error
+				d, err = c.Allow(ctx, "denied", 1)
+				require.NoError(t, err)
+				return nil
+			}, sched.Virtual(start)))
+			return d
+		}
+		run(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+		d := run(time.Time{})
+		assert.Equal(t, client.FromServer, d.Source)
+		assert.LessOrEqual(t, d.RetryAfter, time.Second)
+	})
+}
