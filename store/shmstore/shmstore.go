@@ -108,7 +108,7 @@ func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
 		// The name fixes the policy, so the slot count differs. Open has
 		// already replaced such a table if nobody held it and it owed
 		// nothing; say what is left to do.
-		return nil, fmt.Errorf("shmstore: %w\n"+
+		return nil, fmt.Errorf("shmstore: %w. "+
 			"The table %s was made with another slot count, and another process holds it or it still owes tokens "+
 			"(its buckets are full again at most %v after their last spend). "+
 			"Stop every process using it (sluice serve: those with -store shm:%s) and start again once the debt has run out, "+
