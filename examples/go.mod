@@ -3,8 +3,8 @@ module github.com/sluice-go/sluice/examples
 go 1.26.0
 
 require (
-	github.com/sluice-go/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluice-go/sluice/cmd/sluice v0.0.0-00010101000000-000000000000
+	github.com/sluice-go/sluice v0.1.0
+	github.com/sluice-go/sluice/cmd/sluice v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0

@@ -33,12 +33,20 @@ type SharedBucket interface {
 // Shared makes the limiter take its tokens from b, which every limiter
 // given the same bucket shares, in this process or, for a
 // *sharedbucket.Bucket, in any process on the host that opens the same
-// table: the bucket's rate and burst are the limit for all of them together,
-// and the rate and burst given to New are only validated. Within the process
-// waiters stay FIFO; the head asks the bucket and, when refused, sleeps
-// exactly the bucket's RetryAfterN on the limiter's clock before asking
-// again (no busy wait). Acquire of more than the bucket's burst fails at
-// once, and so do SetRate and SetBurst (the bucket's policy is the limit).
+// table: the bucket's rate and burst are the limit for all of them together.
+// Within the process waiters stay FIFO; the head asks the bucket and, when
+// refused, sleeps exactly the bucket's RetryAfterN on the limiter's clock
+// before asking again (no busy wait).
+//
+// Where a Shared limiter differs from an unshared one:
+//   - the rate and burst given to New are validated, then unused: Rate and
+//     Burst report the bucket's;
+//   - Acquire(ctx, n) with n above the bucket's burst returns an error at
+//     once, where an unshared limiter collects the tokens across refills
+//     (the bucket grants a cost in one step, all or nothing, so no wait
+//     could satisfy it); split such a batch into calls of at most Burst();
+//   - SetRate and SetBurst return an error: the bucket's policy is the
+//     limit, changed only by opening the table with another policy.
 //
 // A sharedbucket table keeps time on the host's monotonic clock, so use
 // Shared with real time (not inside a virtual-clock loop, where the retry

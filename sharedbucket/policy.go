@@ -12,6 +12,13 @@ import (
 // regains one every Window/Limit. So at most Burst requests pass at one
 // instant, and at most Burst + Limit within any interval of length Window.
 // Burst 0 means Limit.
+//
+// store.Policy (package github.com/sluice-go/sluice/store, used by httplimit's
+// middleware and the service) states the same bucket as Rate tokens per
+// second and Burst: store.Policy{Rate, Burst} is
+// Policy{Limit: 1, Window: p.Interval(), Burst: Burst}, the emission interval
+// 1s/Rate rounded up to a whole nanosecond, as this package rounds
+// Window/Limit; the other way, Rate is Limit/Window.Seconds().
 type Policy struct {
 	Limit  int64         // tokens per Window; must be > 0
 	Window time.Duration // must be > 0 and at least Limit nanoseconds

@@ -66,6 +66,16 @@ var ErrClosed = errors.New("store: closed")
 
 // Policy is one rate limit: Rate tokens per second refill a bucket that holds
 // at most Burst tokens. The bucket of a key never seen before is full.
+//
+// [github.com/sluice-go/sluice/sharedbucket.Policy] states the same bucket as Limit tokens per Window
+// (Burst 0 meaning Limit). From one to the other:
+//
+//	store.Policy{Rate: float64(sp.Limit) / sp.Window.Seconds(), Burst: sp.Burst} // sp.Burst 0: use sp.Limit
+//	sharedbucket.Policy{Limit: 1, Window: p.Interval(), Burst: p.Burst}          // what the shm store opens
+//
+// The second is exact (the same emission interval, rounded up to a whole
+// nanosecond as both packages round); the first may differ from sp's
+// interval by the rounding of Rate.
 type Policy struct {
 	// Name labels the policy in headers and metrics ("default" or the
 	// configured key). It takes no part in the arithmetic.

@@ -408,6 +408,18 @@ func TestServeShmMismatchRefusedAtStart(t *testing.T) {
 	assert.Equal(t, 0, a.stop(t))
 }
 
+// A lone serve restarted with more slots (what the eviction warning asks
+// for) starts: the old tables nobody holds, their buckets all full, are
+// replaced.
+func TestServeShmMoreSlotsAfterRestart(t *testing.T) {
+	dir := shmDir(t)
+	a := serve(t, "-store", "shm:"+dir, "-shm-slots", "1024")
+	assert.Equal(t, 0, a.stop(t))
+	b := serve(t, "-store", "shm:"+dir, "-shm-slots", "2048")
+	assert.Equal(t, 200, get(t, b.URL+"/allow?key=k").status)
+	assert.Equal(t, 0, b.stop(t))
+}
+
 // While Redis is down, every decision follows -fail within milliseconds
 // (the breaker answers at once; a probe checks Redis every 200 ms), the logs
 // stay JSON, /healthz names the fault, and decisions come back from Redis

@@ -41,7 +41,11 @@ func TestMeasureOverrides(t *testing.T) {
 		n = 10000
 	}
 	dir := shmDir(t)
-	args := []string{"-store", "shm:" + dir, "-grpc", "127.0.0.1:0"}
+	// The overrides' domain must be configured: serve gives no bucket to a
+	// descriptor outside its rules' domains, override or not.
+	rules := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(rules, []byte("domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"), 0o644))
+	args := []string{"-store", "shm:" + dir, "-grpc", "127.0.0.1:0", "-config", rules}
 	if slots := os.Getenv("SLUICE_MEASURE_SLOTS"); slots != "" {
 		args = append(args, "-shm-slots", slots)
 	}
@@ -70,6 +74,9 @@ func TestMeasureOverrides(t *testing.T) {
 	}
 	wg.Wait()
 	report("after " + strconv.Itoa(n) + " distinct overrides")
+	if files, _ := tableUse(t, dir); files < 2 {
+		t.Errorf("%d table file(s) after %d distinct overrides: the overrides got no tables, nothing was measured", files, n)
+	}
 	require.Equal(t, 0, s.stop(t))
 	files, bytes := tableUse(t, dir)
 	t.Logf("after serve exits: %d table files holding %.1f MiB", files, float64(bytes)/(1<<20))

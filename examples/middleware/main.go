@@ -8,7 +8,12 @@
 //	go run ./examples/middleware                          # in-process memory store
 //	go run ./examples/middleware -store shm               # host-wide (Linux)
 //	go run ./examples/middleware -store redis://127.0.0.1:6379/0
-//	go run ./examples/middleware -store http://127.0.0.1:8100   # a running `sluice serve`
+//	go run ./examples/middleware -store http://127.0.0.1:8100   # a running `sluice serve -rate 2 -burst 5`
+//
+// The service decides with its own policy, so it must be the example's
+// (-rate and -burst, 2 and 5 by default): client.Store answers any other
+// with an error wrapping client.ErrPolicyMismatch, and the requests follow
+// the fail mode.
 //
 // With -addr it serves the API there until interrupted instead:
 //

@@ -119,9 +119,9 @@ func samePath(f *os.File, path string) (bool, error) {
 }
 
 // sweep removes the table files in dir, named as this package names them,
-// that nobody holds and whose every bucket is full, and returns how many.
-// A file it cannot judge (another slot count or format version, a file it
-// cannot open) stays.
+// that nobody holds and whose every bucket is full, whatever their slot
+// count, and returns how many. A file it cannot judge (another format
+// version, a file it cannot open) stays.
 func sweep(dir string, opts []sharedbucket.Option) int {
 	d, err := lockDir(dir, unix.LOCK_EX|unix.LOCK_NB)
 	if err != nil {
@@ -155,8 +155,16 @@ func sweepOne(path string, id tableID, opts []sharedbucket.Option) bool {
 		return false
 	}
 	t, err := sharedbucket.Open(path, id.policy(), opts...)
+	if errors.Is(err, sharedbucket.ErrPolicyMismatch) {
+		// Another slot count (the name fixes the policy): a store restarted
+		// with more slots, as the eviction warning advises. A file of that
+		// count nobody holds and with every bucket full is replaced like any
+		// idle table, so the restart is not refused for a table that holds
+		// no information. Open it with its own count to judge it.
+		t, err = openOtherSlots(f, path, id, opts)
+	}
 	if err != nil {
-		return false // another slot count or version: not ours to judge
+		return false // another version, or damaged: not ours to judge
 	}
 	idle := t.Stats().Keys == 0
 	_ = t.Close()
@@ -190,4 +198,31 @@ func release(h io.Closer, path string) {
 	if same, err := samePath(f, path); err == nil && same {
 		_ = os.Remove(path)
 	}
+}
+
+// openOtherSlots opens the table f holds at path with the slot count its
+// size gives (16 bytes a slot after a header smaller than the slots, a power
+// of two), or the half of it. A wrong guess is refused by sharedbucket.Open,
+// never used: the header names the count.
+func openOtherSlots(f *os.File, path string, id tableID, opts []sharedbucket.Option) (*sharedbucket.Table, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	for n*2 <= sharedbucket.MaxSlots && int64(n*2)*16 <= fi.Size() {
+		n *= 2
+	}
+	err = sharedbucket.ErrPolicyMismatch
+	for _, slots := range []int{n, n / 2} {
+		if slots < 1 {
+			continue
+		}
+		var t *sharedbucket.Table
+		t, err = sharedbucket.Open(path, id.policy(), append(opts[:len(opts):len(opts)], sharedbucket.WithSlots(slots))...)
+		if err == nil {
+			return t, nil
+		}
+	}
+	return nil, err
 }

@@ -24,6 +24,7 @@ package shmstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,7 +75,11 @@ type tableID struct {
 // Open first removes the table files (named as this package names them)
 // that no Store in any process holds and whose every bucket is full: a
 // table nobody uses and that holds no debt says nothing a new file would not.
-// Files of another slot count or format are left alone.
+// That holds for files of another slot count too, so a restart with more
+// slots (sharedbucket.WithSlots; sluice serve's -shm-slots) starts on new
+// tables; one another process holds or that still owes tokens stays, and
+// using its policy fails with an error wrapping sharedbucket.ErrPolicyMismatch
+// that says what to do. Files of another format are left alone.
 func Open(dir string, opts ...sharedbucket.Option) (*Store, error) {
 	a, err := sharedbucket.NewArena(dir)
 	if err != nil {
@@ -105,7 +110,20 @@ func (s *Store) table(p store.Policy) (*sharedbucket.Table, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	t, hold, err := openHeld(filepath.Join(s.arena.Dir(), id.fileName()), id.policy(), s.opts)
+	path := filepath.Join(s.arena.Dir(), id.fileName())
+	t, hold, err := openHeld(path, id.policy(), s.opts)
+	if errors.Is(err, sharedbucket.ErrPolicyMismatch) {
+		// The name fixes the policy, so the slot count differs. Open has
+		// already replaced such a table if nobody held it and it owed
+		// nothing; say what is left to do.
+		return nil, fmt.Errorf("shmstore: %w. "+
+			"The table %s was made with another slot count, and another process holds it or it still owes tokens "+
+			"(its buckets are full again at most %v after their last spend). "+
+			"Stop every process using it (sluice serve: those with -store shm:%s) and start again once the debt has run out, "+
+			"or use its slot count; removing the file while no process holds it ends the debt at once "+
+			"(each key it held may then get up to one more burst)",
+			err, path, p.Tolerance(), s.arena.Dir())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("shmstore: %w", err)
 	}

@@ -29,9 +29,9 @@ func names(t *testing.T, dir string) []string {
 	return out
 }
 
-// Open removes the table files nobody holds whose buckets are all full, and
-// keeps those with debt, those another Store holds, and those it cannot
-// judge (another slot count, another program's names).
+// Open removes the table files nobody holds whose buckets are all full (of
+// any slot count), and keeps those with debt, those another Store holds, and
+// those it cannot judge (another program's names).
 func TestShmOpenSweepsIdleTables(t *testing.T) {
 	dir := shmDir(t)
 	ctx := context.Background()
@@ -57,8 +57,8 @@ func TestShmOpenSweepsIdleTables(t *testing.T) {
 	require.Equal(t, []string{"api.sbt", "p-1000ns-b1.sbt", "p-1000ns-b3.sbt", "p-3600000000000ns-b2.sbt", "p-3600000000000ns-b5.sbt"}, names(t, dir))
 
 	b := open(t, dir)
-	assert.Equal(t, []string{"api.sbt", "p-1000ns-b3.sbt", "p-3600000000000ns-b2.sbt", "p-3600000000000ns-b5.sbt"}, names(t, dir),
-		"the idle, unheld table is gone")
+	assert.Equal(t, []string{"api.sbt", "p-3600000000000ns-b2.sbt", "p-3600000000000ns-b5.sbt"}, names(t, dir),
+		"the idle, unheld tables are gone, whatever their slot count")
 
 	// The held table is the one b opens: one limit between them.
 	for range 2 {
@@ -72,6 +72,33 @@ func TestShmOpenSweepsIdleTables(t *testing.T) {
 	r, err = b.Allow(ctx, "k", 1, debt)
 	require.NoError(t, err)
 	assert.InDelta(t, 3, r.Remaining, 0.01, "the debt survived")
+}
+
+// A restart with more slots (what the eviction warning advises) replaces the
+// tables of the old slot count that nobody holds and whose buckets are all
+// full; one with debt stays, and opening it with the new count fails with
+// ErrPolicyMismatch and an error that says what to do.
+func TestShmMoreSlotsAfterRestart(t *testing.T) {
+	dir := shmDir(t)
+	ctx := context.Background()
+	idle := store.Policy{Rate: 1e6, Burst: 3}        // full again within a microsecond
+	debt := store.Policy{Rate: 1.0 / 3600, Burst: 5} // one spend: an hour of debt
+	a, err := shmstore.Open(dir, sharedbucket.WithSlots(1024))
+	require.NoError(t, err)
+	require.NoError(t, a.Prepare(idle))
+	_, err = a.Allow(ctx, "k", 1, debt)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+
+	b, err := shmstore.Open(dir, sharedbucket.WithSlots(2048))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, b.Prepare(idle), "the idle table of 1024 slots was replaced")
+	assert.Equal(t, 2048, b.Slots())
+	err = b.Prepare(debt)
+	require.ErrorIs(t, err, sharedbucket.ErrPolicyMismatch)
+	assert.ErrorContains(t, err, "p-3600000000000ns-b5.sbt")
+	assert.ErrorContains(t, err, "still owes")
 }
 
 // Stores opening new tables while others sweep never end up on two files

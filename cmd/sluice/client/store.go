@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -19,15 +20,24 @@ import (
 // is safe for concurrent use.
 //
 // The service decides with its own policy for each key (its -rate, -burst
-// and -limits): the Policy passed to Allow is not sent, so give the caller
-// the same policy the service has, or the headers it writes will describe a
-// different limit from the one enforced. A reply the service could make only
+// and -limits); /allow takes no policy. So Allow checks the rate and burst
+// of the service's answer against the Policy passed and, when they differ,
+// returns an error wrapping ErrPolicyMismatch that names both, instead of a
+// decision made under a limit the caller did not ask for (the service has
+// counted the request all the same). Under the httplimit middleware that
+// error takes the middleware's fail mode: start the service with the
+// middleware's policy for those keys (-rate and -burst, or -limits). A reply the service could make only
 // without its own store (its "degraded" answers) is returned as an error
 // wrapping ErrUnavailable, so the caller's own fail mode applies.
 type Store struct {
 	c      *Client
 	closed atomic.Bool
 }
+
+// ErrPolicyMismatch is wrapped by the error Store.Allow returns when the
+// service's policy for the key (its rate and burst, in its answer) is not
+// the Policy the caller passed.
+var ErrPolicyMismatch = errors.New("client: the service's policy for the key is not the caller's")
 
 // Store returns the service as a store.Store. Closing the Store releases
 // the client's idle connections; the Client stays usable.
@@ -54,6 +64,12 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 	}
 	if d.Degraded != "" {
 		return store.Result{}, fmt.Errorf("%w: service answered without its store: %s", ErrUnavailable, d.Degraded)
+	}
+	if d.Limit > 0 && d.Rate > 0 && (d.Limit != p.Burst || math.Abs(d.Rate-p.Rate) > 1e-9*p.Rate) {
+		// Why a relative tolerance: the rate comes back through JSON, which
+		// round-trips a float64 exactly in Go, but another server may not.
+		return store.Result{}, fmt.Errorf("%w: for key %q the service enforces rate %v burst %d, the caller asked for rate %v burst %d",
+			ErrPolicyMismatch, key, d.Rate, d.Limit, p.Rate, p.Burst)
 	}
 	r := store.Result{Allowed: d.Allowed, Remaining: d.Remaining}
 	if !d.Allowed {

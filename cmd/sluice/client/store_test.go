@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -51,6 +52,29 @@ func TestStore(t *testing.T) {
 		_, err = st.Allow(ctx, "k", 1, p)
 		assert.ErrorIs(t, err, store.ErrClosed)
 		assert.ErrorIs(t, st.Ping(ctx), store.ErrClosed)
+	})
+}
+
+// TestStorePolicyMismatch: the service decides with its own policy for a
+// key; a caller asking with another one gets an error naming both, not a
+// decision made under a limit it did not ask for.
+func TestStorePolicyMismatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newClient(t, &inProcess{h: newService(t, "k=10:2")}).Store()
+		ctx := context.Background()
+		for _, p := range []store.Policy{{Name: "k", Rate: 2, Burst: 2}, {Name: "k", Rate: 10, Burst: 5}} {
+			_, err := st.Allow(ctx, "k", 1, p)
+			require.ErrorIs(t, err, client.ErrPolicyMismatch)
+			assert.ErrorContains(t, err, "rate 10 burst 2")
+			assert.ErrorContains(t, err, fmt.Sprintf("rate %v burst %d", p.Rate, p.Burst))
+		}
+		r, err := st.Allow(ctx, "k", 1, store.Policy{Name: "k", Rate: 10, Burst: 2})
+		require.NoError(t, err)
+		assert.False(t, r.Allowed, "the service counted the two calls it answered under its own policy")
+		time.Sleep(100 * time.Millisecond)
+		r, err = st.Allow(ctx, "k", 1, store.Policy{Name: "k", Rate: 10, Burst: 2})
+		require.NoError(t, err)
+		assert.True(t, r.Allowed)
 	})
 }
 
