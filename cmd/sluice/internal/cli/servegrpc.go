@@ -55,14 +55,14 @@ func WithGRPC(addr string, ready func(net.Addr)) ServeExtra {
 		if certs != nil {
 			creds = credentials.NewTLS(certs.Config("h2"))
 		}
-		g := grpc.NewServer(
+		g := grpc.NewServer(append(grpcFlowControl(),
 			grpc.Creds(creds),
 			// Why: Envoy keeps one long-lived HTTP/2 connection per worker
 			// and may ping it; allow pings without streams rather than
 			// closing the connection with GOAWAY "too_many_pings".
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.NumStreamWorkers(uint32(streamWorkersPerP*runtime.GOMAXPROCS(0))),
-		)
+		)...)
 		srv.RegisterRateLimitService(g)
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(g, hs)
