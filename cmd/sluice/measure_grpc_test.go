@@ -35,14 +35,22 @@ import (
 //
 //	SLUICE_MEASURE=1 go test -run MeasureGRPCvsHTTP -v -count=1 ./cmd/sluice
 //
-// SLUICE_MEASURE_STORES (default "memory,shm"; "redis" starts a redis-server) and SLUICE_MEASURE_SECS
-// (default 5) tune it.
+// SLUICE_MEASURE_STORES (default "memory,shm"; "redis" starts a redis-server,
+// whose CPU then counts with the server's), SLUICE_MEASURE_SECS (default 5)
+// and SLUICE_MEASURE_ROUNDS (default 2) tune it; SLUICE_MEASURE_CONNS=N
+// drives instead N HTTP connections and N HTTP/2 connections of one call
+// each, both clients (the shape of the peers harness's peak: N=32).
 func TestMeasureGRPCvsHTTP(t *testing.T) {
 	if os.Getenv("SLUICE_MEASURE") == "" {
 		t.Skip("set SLUICE_MEASURE=1 to measure")
 	}
 	secs := envInt("SLUICE_MEASURE_SECS", 5)
+	rounds := envInt("SLUICE_MEASURE_ROUNDS", 2)
 	stores := envOr("SLUICE_MEASURE_STORES", "memory,shm")
+	httpConns, grpcConns, perConn := 16, 4, 4
+	if n := envInt("SLUICE_MEASURE_CONNS", 0); n > 0 {
+		httpConns, grpcConns, perConn = n, n, 1
+	}
 	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
 	// Every key its own bucket of 1000/s: nearly every decision is "allowed",
 	// so both APIs do the same work per request.
@@ -57,11 +65,13 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 		reqs[i] = b
 	}
 	for _, st := range strings.Split(stores, ",") {
+		var rs *redistest.Server
 		switch st {
 		case "shm":
 			st = "shm:" + shmDir(t)
 		case "redis":
-			st = redistest.Start(t).URL()
+			rs = redistest.Start(t)
+			st = rs.URL()
 		}
 		s := serve(t, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
 		addr := strings.TrimPrefix(s.URL, "http://")
@@ -69,37 +79,45 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 		m := grpcListenRE.FindStringSubmatch(s.logs.String())
 		require.NotNil(t, m)
 		grpcAddr := m[1]
-		// cpu is the CPU time the server and this process (the load
-		// generator) have used.
+		// cpu is the CPU time the server (with its redis-server, if any)
+		// and this process (the load generator) have used.
 		cpu := func() (server, client time.Duration) {
 			server, _ = processCPU(pid)
+			if rs != nil {
+				r, _ := processCPU(rs.Pid())
+				server += r
+			}
 			client, _ = processCPU(os.Getpid())
 			return server, client
 		}
-		for round := range 2 { // alternate, so drift on a shared machine hits both
+		who := "server"
+		if rs != nil {
+			who = "server+Redis"
+		}
+		for round := range rounds { // alternate, so drift on a shared machine hits both
 			s0, l0 := cpu()
-			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: 16,
+			h, err := loadgen.Run(context.Background(), loadgen.Config{Addr: addr, Conns: httpConns,
 				Path:     func(i int) string { return "/allow?key=k" + strconv.Itoa(i%1000) },
 				Duration: time.Duration(secs) * time.Second})
 			require.NoError(t, err)
 			s1, l1 := cpu()
 			httpCPU := perDecision(s1-s0, h.Sent-h.Errors)
-			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, server CPU %s, client CPU %s per decision",
-				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, httpCPU, perDecision(l1-l0, h.Sent-h.Errors))
+			t.Logf("%s round %d HTTP /allow: %.0f decisions/s, p50 %s, p99 %s, status %v, %s CPU %s, client CPU %s per decision",
+				st, round+1, h.Throughput(), h.Quantile(0.5), h.Quantile(0.99), h.Status, who, httpCPU, perDecision(l1-l0, h.Sent-h.Errors))
 			s1, l1 = cpu()
-			l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: grpcAddr, Conns: 4, Streams: 4,
+			l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: grpcAddr, Conns: grpcConns, Streams: perConn,
 				Requests: reqs, Duration: time.Duration(secs) * time.Second})
 			require.NoError(t, err)
 			require.Zero(t, l.Failed)
 			s2, l2 := cpu()
 			leanCPU := perDecision(s2-s1, l.Decisions())
-			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
-				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, leanCPU, perDecision(l2-l1, l.Decisions()))
-			g := runRLS(t, s, 4, 4, time.Duration(secs)*time.Second)
+			t.Logf("%s round %d gRPC ShouldRateLimit, lean client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, %s CPU %s, client CPU %s per decision",
+				st, round+1, l.Throughput(), l.Quantile(0.5), l.Quantile(0.99), l.OverLimit, who, leanCPU, perDecision(l2-l1, l.Decisions()))
+			g := runRLS(t, s, grpcConns, perConn, time.Duration(secs)*time.Second)
 			s3, l3 := cpu()
 			grpcCPU := perDecision(s3-s2, len(g.lat))
-			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, server CPU %s, client CPU %s per decision",
-				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, grpcCPU, perDecision(l3-l2, len(g.lat)))
+			t.Logf("%s round %d gRPC ShouldRateLimit, grpc-go client: %.0f decisions/s, p50 %s, p99 %s, over_limit %d, %s CPU %s, client CPU %s per decision",
+				st, round+1, g.rate, g.q(0.5), g.q(0.99), g.over, who, grpcCPU, perDecision(l3-l2, len(g.lat)))
 			// Why two gRPC clients: the load generator shares the cores
 			// with the server, so a peak also measures the client. The
 			// lean one (rlsload, raw HTTP/2 frames, as loadgen's raw
@@ -108,8 +126,8 @@ func TestMeasureGRPCvsHTTP(t *testing.T) {
 			// leaves the server. The server's CPU per decision is the
 			// ratio free of either client.
 			if httpCPU > 0 && leanCPU > 0 && grpcCPU > 0 {
-				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f lean, %.2f grpc-go; server CPU per decision %.2f lean, %.2f grpc-go",
-					st, round+1, l.Throughput()/h.Throughput(), g.rate/h.Throughput(),
+				t.Logf("%s round %d gRPC ÷ HTTP: decisions/s %.2f lean, %.2f grpc-go; %s CPU per decision %.2f lean, %.2f grpc-go",
+					st, round+1, l.Throughput()/h.Throughput(), g.rate/h.Throughput(), who,
 					float64(leanCPU)/float64(httpCPU), float64(grpcCPU)/float64(httpCPU))
 			}
 		}

@@ -104,6 +104,15 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // URL is "redis://127.0.0.1:PORT/0".
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
+// Pid is the redis-server's process id (0 while it is killed), for tests
+// that read its CPU time.
+func (s *Server) Pid() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 func (s *Server) start() error {
 	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"}

@@ -95,10 +95,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if rs != nil {
 		cfg = rs.cfg
 	}
-	resp := &rlsv3.RateLimitResponse{
-		OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs)),
-	}
+	resp, boxes := newResponse(len(descs))
 	// As envoyproxy/ratelimit: a limit override counts only in a domain
 	// the rules configure; elsewhere the descriptor has no limit at all.
 	known := cfg.HasDomain(domain)
@@ -135,7 +132,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	// descriptor of a rule without quota_mode is, or when it has
 	// quota_mode descriptors and every one of them is.
 	if s.cfg.StopOverLimitIncrement && len(descs) > 1 {
-		if err := g.decideAll(ctx, req, matched, resp.Statuses); err != nil {
+		if err := g.decideAll(ctx, req, matched, resp.Statuses, boxes); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 	}
@@ -145,7 +142,7 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		st := resp.Statuses[i]
 		if st == nil {
 			var err error
-			if st, err = g.decide(ctx, domain, d.GetEntries(), costOf(req, d), e); err != nil {
+			if st, err = g.decide(ctx, domain, d.GetEntries(), costOf(req, d), e, &boxes[i]); err != nil {
 				return nil, status.FromContextError(err).Err()
 			}
 			resp.Statuses[i] = st
@@ -171,6 +168,39 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	return resp, nil
 }
 
+// statusBox holds a descriptor's status and the duration it points to, so
+// that both take one allocation (see newResponse).
+type statusBox struct {
+	st  rlsv3.RateLimitResponse_DescriptorStatus
+	dur durationpb.Duration
+}
+
+// oneResponse is a response to one descriptor (what Envoy sends most) with
+// its status: one allocation where separate ones take four.
+type oneResponse struct {
+	resp     rlsv3.RateLimitResponse
+	statuses [1]*rlsv3.RateLimitResponse_DescriptorStatus
+	box      [1]statusBox
+}
+
+// newResponse is an OK response with n status slots (nil until filled),
+// and n boxes for those statuses. Why boxes: each allocation costs on the
+// request path, and grpc-go's own per-call allocations already outnumber
+// /allow's; the boxes are never reused (grpc-go may hold the response
+// until it is encoded), only allocated together.
+func newResponse(n int) (*rlsv3.RateLimitResponse, []statusBox) {
+	if n == 1 {
+		o := &oneResponse{}
+		o.resp.OverallCode = rlsv3.RateLimitResponse_OK
+		o.resp.Statuses = o.statuses[:]
+		return &o.resp, o.box[:]
+	}
+	return &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
+	}, make([]statusBox, n)
+}
+
 // costOf is descriptor d's cost: its own hits_addend when set, else the
 // request's (0 means 1).
 func costOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uint64 {
@@ -185,8 +215,9 @@ func costOf(req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor) uin
 // nothing is spent on the others (store.AllOrNothing), which answer OK with
 // what their buckets hold. A descriptor over without asking the store
 // (requests_per_unit 0, a cost above the rule's whole allowance) counts
-// too. It fills statuses; on an error no answer is due.
-func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, matched []*ruleEntry, statuses []*rlsv3.RateLimitResponse_DescriptorStatus) error {
+// too. It fills statuses (in boxes, one per descriptor); on an error no
+// answer is due.
+func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRequest, matched []*ruleEntry, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, boxes []statusBox) error {
 	s := g.s
 	domain, descs := req.GetDomain(), req.GetDescriptors()
 	var reqs []store.Request
@@ -226,7 +257,7 @@ func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRe
 		if !done {
 			v = s.tally(&e.policyEntry, out[j], s.cfg.Shadow || e.rule.Shadow)
 		}
-		statuses[i] = statusOf(e, v, true)
+		statuses[i] = statusOf(e, v, true, &boxes[i])
 	}
 	return nil
 }
@@ -277,12 +308,14 @@ func (g *rateLimitService) check(i int, d *ratelimitv3.RateLimitDescriptor, know
 	return nil
 }
 
-// decide answers one descriptor of domain matched to e (nil: no rule).
-func (g *rateLimitService) decide(ctx context.Context, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
+// decide answers one descriptor of domain matched to e (nil: no rule); the
+// status is box's, or shared.
+func (g *rateLimitService) decide(ctx context.Context, domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry, cost uint64, e *ruleEntry, box *statusBox) (*rlsv3.RateLimitResponse_DescriptorStatus, error) {
 	s := g.s
 	switch {
 	case e == nil:
-		return &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}, nil
+		box.st.Code = rlsv3.RateLimitResponse_OK
+		return &box.st, nil
 	case e.rule.Unlimited:
 		s.tally(&e.policyEntry, store.Result{Allowed: true}, false) // counted, no bucket
 		return unlimitedStatus, nil
@@ -308,13 +341,14 @@ func (g *rateLimitService) decide(ctx context.Context, domain string, entries []
 		// (so no duration_until_reset).
 		v = s.tally(&e.policyEntry, store.Result{}, shadow)
 	}
-	return statusOf(e, v, asked), nil
+	return statusOf(e, v, asked, box), nil
 }
 
 // statusOf is the status of a descriptor matched to a limited rule e with
-// verdict v (asked: the store decided it).
-func statusOf(e *ruleEntry, v verdict, asked bool) *rlsv3.RateLimitResponse_DescriptorStatus {
-	st := &rlsv3.RateLimitResponse_DescriptorStatus{CurrentLimit: e.limit}
+// verdict v (asked: the store decided it), written in box (a zero one).
+func statusOf(e *ruleEntry, v verdict, asked bool, box *statusBox) *rlsv3.RateLimitResponse_DescriptorStatus {
+	st := &box.st
+	st.CurrentLimit = e.limit
 	// Only a shadow_mode rule turns its own status OK; the global shadow
 	// mode answers OK for the request as a whole (ShouldRateLimit).
 	st.Code = rlsv3.RateLimitResponse_OK
@@ -324,7 +358,8 @@ func statusOf(e *ruleEntry, v verdict, asked bool) *rlsv3.RateLimitResponse_Desc
 	switch {
 	case v.degraded:
 		if !v.allowed {
-			st.DurationUntilReset = durationpb.New(time.Second)
+			box.dur.Seconds = 1
+			st.DurationUntilReset = &box.dur
 		}
 	case asked:
 		st.LimitRemaining = uint32(min(math.Floor(max(v.res.Remaining, 0)), math.MaxUint32))
@@ -332,7 +367,10 @@ func statusOf(e *ruleEntry, v verdict, asked bool) *rlsv3.RateLimitResponse_Desc
 		if !v.res.Allowed {
 			d = v.res.RetryAfter
 		}
-		st.DurationUntilReset = wholeSecondsUp(d)
+		// Why only the seconds: wholeSecondsUp is inlined here and its
+		// Duration stays on the stack; the box's is the one sent.
+		box.dur.Seconds = wholeSecondsUp(d).Seconds
+		st.DurationUntilReset = &box.dur
 	}
 	return st
 }

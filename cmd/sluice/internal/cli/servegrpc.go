@@ -66,7 +66,7 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 		if certs != nil {
 			creds = credentials.NewTLS(certs.Config("h2"))
 		}
-		g := grpc.NewServer(append(b.options(),
+		g := grpc.NewServer(append(append(b.options(), grpcFlowControl()...),
 			grpc.Creds(creds),
 			grpc.StreamInterceptor(streamInterceptor),
 			grpc.NumStreamWorkers(uint32(streamWorkersPerP*runtime.GOMAXPROCS(0))),
