@@ -95,6 +95,7 @@ func (s *Server) ruleEntry(r *rules.Rule) (ruleEntry, error) {
 	} else {
 		e.policyEntry = policyEntry{p: store.Policy{Name: name}, counters: s.metrics.forPolicy(name)}
 	}
+	e.ui = s.uiRule(r, e.p, e.limited)
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
 			RequestsPerUnit: r.RequestsPerUnit,
@@ -167,6 +168,7 @@ func (s *Server) ReloadRules(paths ...string) error {
 	if err == nil {
 		err = s.SetRules(c)
 	}
+	s.uiReloaded(paths, c, err)
 	if err != nil {
 		s.ruleMetrics.reloadErr.Inc()
 		s.log.Error("rules reload failed; keeping the rules in force", "config", strings.Join(paths, ","), "err", err)

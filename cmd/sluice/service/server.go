@@ -97,6 +97,9 @@ type Config struct {
 	// stores do); on Redis the request's buckets are decided in one script
 	// call, atomically.
 	StopOverLimitIncrement bool
+	// UIHideKeys makes the page at /ui show keys as keyed hashes, not as
+	// sent (keys can be personal data: client IPs, user names).
+	UIHideKeys bool
 }
 
 // Server answers /allow, /stats, /healthz and /metrics, and Envoy's
@@ -125,12 +128,16 @@ type Server struct {
 	rules       atomic.Pointer[ruleSet] // nil: no rules
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
+
+	ui        uiStats     // the page at /ui (ui.go, uistats.go)
+	uiSampler atomic.Bool // RunUI is sampling
 }
 
 type policyEntry struct {
 	p        store.Policy
 	counters *policyCounters
 	resp     *limitresponse.Policy // headers and body, shared with httplimit
+	ui       *uiPolicy             // the page's counters; nil: none
 }
 
 // New checks cfg and returns a Server.
@@ -172,7 +179,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.Registry = NewRegistry()
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits))}
+	s.ui.off = uiOff
+	s.initUI()
 	s.def = s.entry(cfg.Default)
+	s.def.ui = s.uiFlag("default", s.def.p)
 	for k, p := range cfg.Limits {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
@@ -183,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
 		}
 		e := s.entry(p)
+		e.ui = s.uiFlag("limit", p)
 		s.byKey[k] = &e
 	}
 	s.initOverrides()
@@ -205,27 +216,31 @@ func New(cfg Config) (*Server, error) {
 	s.admin.HandleFunc("/stats", s.handleStats)
 	s.admin.HandleFunc("/healthz", s.handleHealthz)
 	s.admin.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.admin.HandleFunc("/ui", s.handleUI)
+	s.admin.HandleFunc("/ui/", s.handleUI)
 	s.admin.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, http.StatusNotFound, "no such endpoint %q on the admin address: try /stats, /healthz, /metrics", r.URL.Path)
+		s.fail(w, http.StatusNotFound, "no such endpoint %q on the admin address: try /stats, /healthz, /metrics, /ui", r.URL.Path)
 	})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/allow", s.handleAllow)
 	s.mux.HandleFunc("/healthz", s.handleHealthz)
 	if cfg.SplitAdmin {
 		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K or /healthz (/stats and /metrics are on the admin address)", r.URL.Path)
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K or /healthz (/stats, /metrics and /ui are on the admin address)", r.URL.Path)
 		})
 	} else {
 		s.mux.HandleFunc("/stats", s.handleStats)
 		s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		s.mux.HandleFunc("/ui", s.handleUI)
+		s.mux.HandleFunc("/ui/", s.handleUI)
 		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics, /ui", r.URL.Path)
 		})
 	}
 	return s, nil
 }
 
-// AdminHandler serves /stats, /healthz and /metrics: what an operator
+// AdminHandler serves /stats, /healthz, /metrics and /ui: what an operator
 // reads, and nothing that spends. With Config.SplitAdmin it is the only
 // place /stats and /metrics are served.
 func (s *Server) AdminHandler() http.Handler { return s.admin }
