@@ -51,6 +51,7 @@ type ServeOptions struct {
 	ClientNames               string // -client-names, comma-separated
 	AdminAddr                 string // /stats and /metrics here, not on Addr; "" for Addr
 	StopOverLimitIncrement    bool   // -stop-over-limit-increment
+	UIKeys                    bool   // -ui-keys: /ui shows keys as sent (else hashed)
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -89,6 +90,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
 	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
 	fs.BoolVar(&o.StopOverLimitIncrement, "stop-over-limit-increment", false, "gRPC: a request over the limit on any descriptor spends nothing on the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; on Redis in one script call)")
+	fs.BoolVar(&o.UIKeys, "ui-keys", true, "the page at /ui shows the keys denied most as sent; false shows them as keyed hashes (keys can be personal data, such as client IPs)")
 	return fs
 }
 
@@ -253,6 +255,7 @@ func (o *ServeOptions) config() (service.Config, error) {
 	cfg.StoreTimeout = o.StoreTimeout
 	cfg.HTTPDomain = o.HTTPDomain
 	cfg.StopOverLimitIncrement = o.StopOverLimitIncrement
+	cfg.UIHideKeys = !o.UIKeys
 	switch {
 	case o.MaxOverrides < 0:
 		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
@@ -293,6 +296,7 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	if err != nil {
 		return err
 	}
+	defer startUI(ctx, srv)()
 	hs := &http.Server{
 		Handler: srv,
 		// Why these, and not ReadTimeout: a client that sends its headers
