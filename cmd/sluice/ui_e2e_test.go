@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/internal/redistest"
 )
 
 // chromium returns the path of a headless-capable Chromium, or skips the
@@ -200,5 +202,97 @@ func TestUIKeysHidden(t *testing.T) {
 	for _, k := range keys {
 		assert.Regexp(t, `^#[0-9a-f]{16}$`, k)
 	}
+	assert.Equal(t, 0, s.stop(t))
+}
+
+// uiJSON is what the store tests read of /ui/data.
+type uiJSON struct {
+	Store struct {
+		Kind    string `json:"kind"`
+		Healthy bool   `json:"healthy"`
+		Health  string `json:"health"`
+		Breaker string `json:"breaker"`
+		Outages []struct {
+			Seconds float64 `json:"seconds"`
+			Ongoing bool    `json:"ongoing"`
+			Error   string  `json:"error"`
+		} `json:"outages"`
+		Latency *struct {
+			Count uint64  `json:"count"`
+			P50   float64 `json:"p50"`
+		} `json:"latency"`
+		Tables []struct {
+			Policy string `json:"policy"`
+			Slots  int    `json:"slots"`
+			Used   int    `json:"used"`
+			Locked int    `json:"locked"`
+		} `json:"tables"`
+	} `json:"store"`
+}
+
+func readUI(t *testing.T, url string) uiJSON {
+	t.Helper()
+	var d uiJSON
+	require.NoError(t, json.Unmarshal([]byte(get(t, url+"/ui/data").body), &d))
+	return d
+}
+
+// TestUIStoreOutage: with a real Redis killed under it, the page shows the
+// store failing, the breaker open and an ongoing outage with its error;
+// once Redis is back and decisions resume, the outage has ended, with its
+// length.
+func TestUIStoreOutage(t *testing.T) {
+	rs := redistest.Start(t)
+	s := serve(t, "-store", rs.URL(), "-rate", "100", "-burst", "100", "-fail", "open")
+	assert.Equal(t, 200, get(t, s.URL+"/allow?key=a").status)
+	d := readUI(t, s.URL)
+	assert.Equal(t, "redis", d.Store.Kind)
+	assert.True(t, d.Store.Healthy)
+	assert.Equal(t, "closed", d.Store.Breaker)
+	assert.Empty(t, d.Store.Outages)
+
+	rs.Kill()
+	for range 5 { // the breaker opens after 3 failures
+		get(t, s.URL+"/allow?key=a")
+	}
+	d = readUI(t, s.URL)
+	assert.False(t, d.Store.Healthy)
+	assert.Contains(t, d.Store.Breaker, "open: store down")
+	require.Len(t, d.Store.Outages, 1)
+	assert.True(t, d.Store.Outages[0].Ongoing)
+	assert.NotEmpty(t, d.Store.Outages[0].Error)
+
+	rs.Restart()
+	// A real process: wait for the breaker's probe to find Redis back.
+	require.Eventually(t, func() bool {
+		r := get(t, s.URL+"/allow?key=a")
+		return r.status == 200 && !strings.Contains(r.body, "degraded")
+	}, 20*time.Second, 20*time.Millisecond)
+	d = readUI(t, s.URL)
+	assert.True(t, d.Store.Healthy)
+	require.Len(t, d.Store.Outages, 1)
+	assert.False(t, d.Store.Outages[0].Ongoing)
+	assert.Greater(t, d.Store.Outages[0].Seconds, 0.0)
+	assert.Equal(t, 0, s.stop(t))
+}
+
+// TestUIShmTables: on the shm store the page shows each policy's table:
+// its slots and those in use.
+func TestUIShmTables(t *testing.T) {
+	s := serve(t, "-store", "shm:"+shmDir(t), "-rate", "0.001", "-burst", "2", "-shm-slots", "1024")
+	for _, k := range []string{"a", "b", "c", "c", "c"} {
+		get(t, s.URL+"/allow?key="+k)
+	}
+	d := readUI(t, s.URL)
+	assert.Equal(t, "shm", d.Store.Kind)
+	assert.Equal(t, "none (an in-process store cannot fail that way)", d.Store.Breaker)
+	require.Len(t, d.Store.Tables, 1)
+	tb := d.Store.Tables[0]
+	assert.Equal(t, "default", tb.Policy)
+	assert.Equal(t, 1024, tb.Slots)
+	assert.Equal(t, 3, tb.Used, "three keys whose buckets are not full")
+	assert.Zero(t, tb.Locked)
+	require.NotNil(t, d.Store.Latency)
+	assert.EqualValues(t, 5, d.Store.Latency.Count)
 	assert.Equal(t, 0, s.stop(t))
 }

@@ -219,6 +219,7 @@ func (s *Server) buildSnapshot(ctx context.Context, now time.Time) *UISnapshot {
 	})
 	mono := monotime.Now()
 	cur := now.UnixNano()/int64(uiBucket) + 1
+	_, latNow := s.latencyNow()
 	u.mu.Lock()
 	snap.Sampler = s.uiSampler.Load()
 	for _, e := range entries {
@@ -250,7 +251,7 @@ func (s *Server) buildSnapshot(ctx context.Context, now time.Time) *UISnapshot {
 		snap.Store.Outages = append(snap.Store.Outages, uo)
 	}
 	slices.Reverse(snap.Store.Outages) // newest first
-	if q, w, n := u.latencyQuantiles(0.5, 0.9, 0.99, 0.999); q != nil {
+	if q, w, n := u.latencyQuantiles(latNow, now, 0.5, 0.9, 0.99, 0.999); q != nil {
 		snap.Store.Latency = &UILatency{Window: w.Seconds(), Count: n, P50: q[0], P90: q[1], P99: q[2], P999: q[3]}
 	}
 	r := u.reload

@@ -229,13 +229,7 @@ func (s *Server) UITick(now time.Time) {
 			live = append(live, e.ui)
 		}
 	})
-	var lat *dto.Metric
-	if m, ok := s.storeLat.(prometheus.Metric); ok {
-		lat = &dto.Metric{}
-		if m.Write(lat) != nil {
-			lat = nil
-		}
-	}
+	bounds, lat := s.latencyNow()
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	dt := now.Sub(u.lastTick)
@@ -275,19 +269,10 @@ func (s *Server) UITick(now time.Time) {
 			delete(u.policies, id)
 		}
 	}
-	if lat != nil && lat.Histogram != nil {
+	if lat != nil {
 		i := u.ticks % uiLatencyRing
-		h := lat.Histogram
-		if u.latBounds == nil {
-			for _, b := range h.Bucket {
-				u.latBounds = append(u.latBounds, b.GetUpperBound())
-			}
-		}
-		c := u.lat[i][:0]
-		for _, b := range h.Bucket {
-			c = append(c, b.GetCumulativeCount())
-		}
-		u.lat[i], u.latAt[i] = append(c, h.GetSampleCount()), now
+		u.latBounds = bounds
+		u.lat[i], u.latAt[i] = lat, now
 	}
 }
 
@@ -353,40 +338,53 @@ func (s *Server) uiReloaded(paths []string, c *rules.Config, err error) {
 	u.reload.files, u.reload.rules, u.reload.loaded = c.Files, len(c.Rules), now
 }
 
-// latencyQuantiles returns the store latency quantiles q over the last
-// minute of samples (or since start when fewer), interpolated within the
-// histogram's buckets as PromQL's histogram_quantile does; nil without
-// observations.
-func (u *uiStats) latencyQuantiles(qs ...float64) (out []float64, window time.Duration, n uint64) {
-	if u.ticks == 0 || u.latBounds == nil {
+// latencyNow reads the store latency histogram: its bucket bounds and
+// cumulative counts, the total last; nil if it cannot be read.
+func (s *Server) latencyNow() (bounds []float64, counts []uint64) {
+	m, ok := s.storeLat.(prometheus.Metric)
+	if !ok {
+		return nil, nil
+	}
+	var d dto.Metric
+	if m.Write(&d) != nil || d.Histogram == nil {
+		return nil, nil
+	}
+	for _, b := range d.Histogram.Bucket {
+		bounds = append(bounds, b.GetUpperBound())
+		counts = append(counts, b.GetCumulativeCount())
+	}
+	return bounds, append(counts, d.Histogram.GetSampleCount())
+}
+
+// latencyQuantiles returns the store latency quantiles qs over the last
+// minute: the histogram now (cur, from latencyNow) less the oldest sample
+// of the ring (at most a minute old; the one taken at start when younger),
+// interpolated within the buckets as PromQL's histogram_quantile does. nil
+// without observations. Called with u.mu held.
+func (u *uiStats) latencyQuantiles(cur []uint64, now time.Time, qs ...float64) (out []float64, window time.Duration, n uint64) {
+	if cur == nil || u.latBounds == nil {
 		return nil, 0, 0
 	}
-	newest := u.ticks % uiLatencyRing
-	oldest := newest
-	for back := int64(uiLatencyRing - 1); back > 0; back-- {
-		i := (u.ticks - back) % uiLatencyRing
-		if u.ticks-back >= 1 && u.lat[i] != nil {
-			oldest = i
+	var prev []uint64
+	since := u.started
+	for back := int64(uiLatencyRing - 1); back >= 0; back-- {
+		if u.ticks-back < 1 {
+			continue
+		}
+		if i := (u.ticks - back) % uiLatencyRing; u.lat[i] != nil {
+			prev, since = u.lat[i], u.latAt[i]
 			break
 		}
 	}
-	cur, prev := u.lat[newest], u.lat[oldest]
-	if cur == nil {
-		return nil, 0, 0
-	}
+	window = now.Sub(since)
 	diff := make([]uint64, len(cur))
 	for i := range cur {
 		diff[i] = cur[i]
-		if oldest != newest && i < len(prev) {
+		if i < len(prev) {
 			diff[i] -= prev[i]
 		}
 	}
 	total := diff[len(diff)-1]
-	if oldest != newest {
-		window = u.latAt[newest].Sub(u.latAt[oldest])
-	} else {
-		window = u.latAt[newest].Sub(u.started)
-	}
 	if total == 0 {
 		return nil, window, 0
 	}
