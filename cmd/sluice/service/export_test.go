@@ -6,7 +6,11 @@ var WholeSecondsUp = wholeSecondsUp
 // SpaceSaving exposes the heavy-hitters summary to the external tests.
 type SpaceSaving = spaceSaving
 
-func (s *SpaceSaving) Add(key string) { s.add(key) }
+func (s *SpaceSaving) Add(key string) {
+	if !s.incr(key) {
+		s.add(key)
+	}
+}
 
 // HeavyAdd counts key in a fresh heavyHitters and returns the allocations
 // of counting it again (tracked).

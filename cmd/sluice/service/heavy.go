@@ -46,20 +46,28 @@ func (s *spaceSaving) reset() {
 	s.c = [HeavyCounters]heavyCounter{}
 }
 
-// add counts key. A key not yet tracked is stored as given: the caller
-// owns it (heavyHitters.add copies it first, once for both windows).
+// incr counts key if it is tracked and reports whether it was; a key not
+// tracked is left to add.
+func (s *spaceSaving) incr(key string) bool {
+	i, ok := s.index[key]
+	if ok {
+		s.total++
+		s.c[i].count++
+	}
+	return ok
+}
+
+// add counts key, which must not be tracked (incr said so), taking a free
+// counter or the smallest one over. The summary keeps key as given: the
+// caller owns it (heavyHitters.add copies it first, once for both windows).
 func (s *spaceSaving) add(key string) {
 	s.total++
-	if i, ok := s.index[key]; ok {
-		s.c[i].count++
-		return
-	}
 	if s.index == nil {
 		s.index = make(map[string]int, HeavyCounters)
 	}
 	if s.n < HeavyCounters {
 		s.c[s.n] = heavyCounter{key: key, count: 1}
-		s.index[s.c[s.n].key] = s.n
+		s.index[key] = s.n
 		s.n++
 		return
 	}
@@ -72,9 +80,9 @@ func (s *spaceSaving) add(key string) {
 		}
 	}
 	delete(s.index, s.c[m].key)
-	min := s.c[m].count
-	s.c[m] = heavyCounter{key: key, count: min + 1, err: min}
-	s.index[s.c[m].key] = m
+	least := s.c[m].count
+	s.c[m] = heavyCounter{key: key, count: least + 1, err: least}
+	s.index[key] = m
 }
 
 // minCount is the smallest count when every counter is in use, else 0: an
@@ -93,6 +101,11 @@ func (s *spaceSaving) minCount() uint64 {
 // heavyWindows is a ring of Space-Saving summaries, one per span of width
 // nanoseconds; a summary older than the ring is reset before reuse.
 type heavyWindows struct {
+	// cur is the summary of the span [curFrom, curTo): most denials fall
+	// in the span of the one before, and skip the divisions.
+	cur            *spaceSaving
+	curFrom, curTo int64
+
 	width int64
 	epoch [heavyRing]int64 // which span each summary counts; -1 none
 	sum   [heavyRing]spaceSaving
@@ -111,13 +124,17 @@ func (w *heavyWindows) init(width int64, n int) {
 // current returns the summary of the span now falls in, reset if it last
 // counted an older span.
 func (w *heavyWindows) current(now int64) *spaceSaving {
+	if now >= w.curFrom && now < w.curTo && w.cur != nil {
+		return w.cur
+	}
 	e := now / w.width
 	i := int(e % int64(w.n))
 	if w.epoch[i] != e {
 		w.sum[i].reset()
 		w.epoch[i] = e
 	}
-	return &w.sum[i]
+	w.cur, w.curFrom, w.curTo = &w.sum[i], e*w.width, (e+1)*w.width
+	return w.cur
 }
 
 // HeavyKey is one key of a top list: Count is an upper bound of its
@@ -210,22 +227,31 @@ func newHeavyHitters() *heavyHitters {
 
 func (h *heavyHitters) add(now int64, key string) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	m, q := h.minute.current(now), h.quarter.current(now)
-	_, inM := m.index[key]
-	_, inQ := q.index[key]
-	if !inM || !inQ {
-		// A new entry keeps the key: copy it (once for both), so that
-		// the sketch never pins the request's buffer, and cut a long
-		// one. Keys already tracked cost no allocation.
-		if len(key) > heavyKeyMax {
-			key = key[:heavyKeyMax] + "…"
-		} else {
-			key = strings.Clone(key)
-		}
+	inM, inQ := m.incr(key), q.incr(key)
+	if inM && inQ {
+		return // the usual case under abuse: two map lookups, no allocation
 	}
-	m.add(key)
-	q.add(key)
-	h.mu.Unlock()
+	// A new entry keeps the key: copy it (once for both windows), so that
+	// the sketch never pins the request's buffer, and cut a long one.
+	if len(key) > heavyKeyMax {
+		key = key[:heavyKeyMax] + "…"
+		if inM = m.incr(key); inM && inQ {
+			return
+		}
+		if inQ = q.incr(key); inM && inQ {
+			return
+		}
+	} else {
+		key = strings.Clone(key)
+	}
+	if !inM {
+		m.add(key)
+	}
+	if !inQ {
+		q.add(key)
+	}
 }
 
 func (h *heavyHitters) top(now int64, limit int) (minute []HeavyKey, minuteN uint64, quarter []HeavyKey, quarterN uint64) {

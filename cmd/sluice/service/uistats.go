@@ -36,7 +36,8 @@ type uiPolicy struct {
 	// deciding for it; keep other policies' counters off their cache line.
 	_ [64 - uiResults*8%64]byte
 
-	hh atomic.Pointer[heavyHitters] // made at the policy's first denial
+	hh    atomic.Pointer[heavyHitters] // made at the policy's first denial
+	stats *uiStats                     // for its coarse clock
 
 	// Set at registration; read-only after.
 	kind, name, domain, path, where, per string
@@ -81,15 +82,23 @@ func (u *uiPolicy) deny(key string) {
 			h = u.hh.Load()
 		}
 	}
-	h.add(monotime.Now(), key)
+	// Why a coarse clock: the sketch's spans are 15 s and 3 min long, so
+	// the sampler's reading (at most a second old) places a denial as
+	// well as the clock would, for an atomic load instead of a clock read.
+	now := u.stats.clock.Load()
+	if now == 0 { // no sampler running: read the clock
+		now = monotime.Now()
+	}
+	h.add(now, key)
 }
 
 // uiStats is the state behind /ui: the policies' samples, store outages,
 // the last reload, and store latency snapshots.
 type uiStats struct {
-	off      bool   // no counters (benchmarks)
-	hideKeys bool   // show keys as keyed hashes
-	hashKey  []byte // per-process secret for hashed keys
+	clock    atomic.Int64 // monotime.Now at the sampler's last tick; 0 while no sampler runs
+	off      bool         // no counters (benchmarks)
+	hideKeys bool         // show keys as keyed hashes
+	hashKey  []byte       // per-process secret for hashed keys
 	started  time.Time
 
 	mu       sync.Mutex
@@ -139,7 +148,7 @@ func (u *uiStats) register(id string, f func() *uiPolicy) *uiPolicy {
 		return p
 	}
 	p := f()
-	p.seen = u.ticks
+	p.seen, p.stats = u.ticks, u
 	if u.policies == nil {
 		u.policies = map[string]*uiPolicy{}
 	}
@@ -279,15 +288,20 @@ func (s *Server) UITick(now time.Time) {
 // RunUI samples the page's counters every second (UITick) until ctx ends.
 func (s *Server) RunUI(ctx context.Context) {
 	s.uiSampler.Store(true)
-	defer s.uiSampler.Store(false)
+	defer func() {
+		s.uiSampler.Store(false)
+		s.ui.clock.Store(0)
+	}()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	s.ui.clock.Store(monotime.Now())
 	s.UITick(time.Now())
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
+			s.ui.clock.Store(monotime.Now())
 			s.UITick(now)
 		}
 	}
