@@ -203,9 +203,10 @@ func (w *heavyWindows) top(now int64, limit int) ([]HeavyKey, uint64) {
 // heavyHitters are one policy's most denied keys over the last minute
 // (four spans of 15 s) and the last 15 minutes (five spans of 3 min). Safe
 // for concurrent use: one small lock, taken only on denials and by the page.
-// Memory is fixed once made: 9 summaries of HeavyCounters counters, each key
-// at most heavyKeyMax bytes (about 9·32·(320+64) B ≈ 110 KiB at worst, a few
-// KiB for short keys such as IP addresses).
+// Memory is fixed once made: 9 summaries of HeavyCounters counters (32 B
+// each) and an index of as many keys, and the keys, each at most
+// heavyKeyMax bytes: about 28 KiB with keys as short as IP addresses, at
+// most about 120 KiB. It is made at the policy's first denial.
 type heavyHitters struct {
 	mu      sync.Mutex
 	minute  heavyWindows
