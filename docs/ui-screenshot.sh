@@ -4,16 +4,16 @@
 # clients of the default policy (10/s, burst 10) at 40, 25, 15 and 5 requests
 # a second, so that three of them are denied. Needs Go, chromium.
 #
-#   docs/ui-screenshot.sh            # about 75 s
+#   docs/ui-screenshot.sh            # about 65 s
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/sluice" ./cmd/sluice
-"$tmp/sluice" demo -duration 75s >"$tmp/demo.out" &
+"$tmp/sluice" demo -duration 120s >"$tmp/demo.out" &
 until url=$(grep -o 'http://[0-9.:]*' "$tmp/demo.out" | head -1) && [ -n "$url" ]; do sleep 0.2; done
 for kr in 198.51.100.7:40 203.0.113.9:25 192.0.2.33:15 198.51.100.20:5; do
-	"$tmp/sluice" client -limiter "$url" -key "${kr%:*}" -rps "${kr#*:}" -duration 70s -no-cache >/dev/null &
+	"$tmp/sluice" client -limiter "$url" -key "${kr%:*}" -rps "${kr#*:}" -duration 110s -no-cache >/dev/null &
 done
 sleep 60
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \

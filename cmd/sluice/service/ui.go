@@ -411,7 +411,15 @@ func (s *Server) handleUI(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, snap)
 		return
 	}
-	if r.URL.Path != "/ui" && r.URL.Path != "/ui/" {
+	if r.URL.Path == "/ui/" {
+		// Relative, so that it holds behind a proxy that adds a prefix;
+		// the page's own links are relative to /ui.
+		// (http.Redirect would make it absolute.)
+		w.Header().Set("Location", "../ui")
+		w.WriteHeader(http.StatusMovedPermanently)
+		return
+	}
+	if r.URL.Path != "/ui" {
 		s.fail(w, http.StatusNotFound, "no such page %q: try /ui or /ui/data", r.URL.Path)
 		return
 	}

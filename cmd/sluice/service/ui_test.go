@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,15 @@ func TestUIShowsPoliciesAndDeniedKeys(t *testing.T) {
 	assert.NotContains(t, page.raw, "https://")
 	// Read-only.
 	assert.Equal(t, 405, f.do(t, "POST", "/ui", nil, "").status)
+	assert.Equal(t, 404, f.get(t, "/ui/nope").status)
+	// /ui/ leads to /ui, where the page's relative links resolve.
+	req, err := http.NewRequest(http.MethodGet, f.ts.URL+"/ui/", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusMovedPermanently, resp.StatusCode)
+	assert.Equal(t, "../ui", resp.Header.Get("Location"))
 }
 
 // TestUIHidesKeys: with UIHideKeys the page shows keyed hashes, never the
