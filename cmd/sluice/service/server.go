@@ -102,7 +102,7 @@ type Config struct {
 	UIHideKeys bool
 }
 
-// Server answers /allow, /stats, /healthz and /metrics, and Envoy's
+// Server answers /allow, /stats, /healthz, /metrics and /ui, and Envoy's
 // ShouldRateLimit once registered (RegisterRateLimitService). Create it with New;
 // it is safe for concurrent use. It does not own the store: closing it is the
 // caller's business.
