@@ -34,6 +34,9 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 	if v, done, err := s.failure(ctx, &d, key, e); done {
 		return v, err
 	}
+	if !d.Result.Allowed {
+		e.ui.deny(key) // the denial path: the page's top keys
+	}
 	return s.tally(e, d.Result, shadow), nil
 }
 
@@ -54,7 +57,9 @@ func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e 
 		s.storeErr.Inc()
 		s.degraded.Add(1)
 		e.counters().storeError.Inc()
+		e.ui.count(uiDegraded)
 		if d.Change == decide.Failing {
+			s.uiOutageStart(d.Err)
 			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
 				"fail_open", s.cfg.FailOpen)
 			d.Change = decide.Steady // logged once, for the first of several descriptors
@@ -67,6 +72,7 @@ func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e 
 		return verdict{allowed: d.Allowed, degraded: true}, true, nil
 	}
 	if d.Change == decide.Recovered {
+		s.uiOutageEnd()
 		s.log.Info("store recovered", "store", s.cfg.Store.Name())
 		d.Change = decide.Steady
 	}
@@ -81,13 +87,16 @@ func (s *Server) tally(e *policyEntry, res store.Result, shadow bool) verdict {
 	case res.Allowed:
 		s.allowed.Add(1)
 		e.counters().allowed.Inc()
+		e.ui.count(uiAllowed)
 	case shadow:
 		s.shadowDenied.Add(1)
 		e.counters().shadowDenied.Inc()
+		e.ui.count(uiShadowDenied)
 		v.allowed, v.shadowDenied = true, true
 	default:
 		s.denied.Add(1)
 		e.counters().denied.Inc()
+		e.ui.count(uiDenied)
 	}
 	return v
 }

@@ -255,6 +255,9 @@ func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRe
 			return err
 		}
 		if !done {
+			if !out[j].Allowed {
+				e.ui.deny(reqs[j].Key)
+			}
 			v = s.tally(&e.policyEntry, out[j], s.cfg.Shadow || e.rule.Shadow)
 		}
 		statuses[i] = statusOf(e, v, true, &boxes[i])

@@ -97,6 +97,7 @@ func (s *Server) initRuleEntry(e *ruleEntry, r *rules.Rule) error {
 	} else {
 		e.p, e.m = store.Policy{Name: name}, s.metrics
 	}
+	e.ui = s.uiRule(r, e.p, e.limited)
 	if !r.Unlimited {
 		e.limit = &rlsv3.RateLimitResponse_RateLimit{
 			RequestsPerUnit: r.RequestsPerUnit,
@@ -283,6 +284,7 @@ func (s *Server) ReloadRulesContext(ctx context.Context, paths ...string) error 
 	if err == nil {
 		err = s.setRules(ctx, c)
 	}
+	s.uiReloaded(paths, c, err)
 	if err != nil {
 		s.ruleMetrics.reloadErr.Inc()
 		s.log.Error("rules reload failed; keeping the rules in force", "config", strings.Join(paths, ","), "err", err)

@@ -108,9 +108,12 @@ type Config struct {
 	// Leases, when not nil, serves POST /lease: capacity leases for
 	// replicas that decide locally (see LeaseConfig).
 	Leases *LeaseConfig
+	// UIHideKeys makes the page at /ui show keys as keyed hashes, not as
+	// sent (keys can be personal data: client IPs, user names).
+	UIHideKeys bool
 }
 
-// Server answers /allow, /stats, /healthz and /metrics, and Envoy's
+// Server answers /allow, /stats, /healthz, /metrics and /ui, and Envoy's
 // ShouldRateLimit once registered (RegisterRateLimitService). Create it with New;
 // it is safe for concurrent use. It does not own the store: closing it is the
 // caller's business.
@@ -139,6 +142,9 @@ type Server struct {
 	loading     chan struct{}           // holds a token while a rules load runs (loadRules)
 	ruleMetrics ruleMetrics
 	overrides   overrides // Envoy limit overrides with buckets
+
+	ui        uiStats     // the page at /ui (ui.go, uistats.go)
+	uiSampler atomic.Bool // RunUI is sampling
 }
 
 // policyEntry is a policy with its response writer and metric series. It
@@ -147,6 +153,7 @@ type policyEntry struct {
 	p    store.Policy
 	resp *limitresponse.Policy // headers and body, shared with httplimit; nil for a rule without a bucket
 	m    *metrics
+	ui   *uiPolicy // the page's counters; nil: none
 	// ctrs are the policy's series, bound at its first decision (counters).
 	// Why not at load: a rules file may hold a hundred thousand rules,
 	// most of which never decide anything; six series each cost kilobytes
@@ -208,8 +215,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registry), byKey: make(map[string]*policyEntry, len(cfg.Limits)),
 		loading: make(chan struct{}, 1)}
+	s.ui.off = uiOff
+	s.initUI()
 	s.initEntry(&s.def, cfg.Default)
 	s.def.counters() // the flag-given policies' series show from the start
+	s.def.ui = s.uiFlag("default", s.def.p)
 	for k, p := range cfg.Limits {
 		if err := p.Validate(); err != nil {
 			return nil, fmt.Errorf("service: limit for key %q: %w", k, err)
@@ -222,6 +232,7 @@ func New(cfg Config) (*Server, error) {
 		e := new(policyEntry)
 		s.initEntry(e, p)
 		e.counters()
+		e.ui = s.uiFlag("limit", p)
 		s.byKey[k] = e
 	}
 	// The store's resources for the flag-given policies, held for the
@@ -255,8 +266,10 @@ func New(cfg Config) (*Server, error) {
 	s.admin.HandleFunc("/stats", s.handleStats)
 	s.admin.HandleFunc("/healthz", s.handleHealthz)
 	s.admin.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	s.admin.HandleFunc("/ui", s.handleUI)
+	s.admin.HandleFunc("/ui/", s.handleUI)
 	s.admin.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, http.StatusNotFound, "no such endpoint %q on the admin address: try /stats, /healthz, /metrics", r.URL.Path)
+		s.fail(w, http.StatusNotFound, "no such endpoint %q on the admin address: try /stats, /healthz, /metrics, /ui", r.URL.Path)
 	})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("/allow", s.handleAllow)
@@ -264,19 +277,21 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("/healthz", s.handleHealthz)
 	if cfg.SplitAdmin {
 		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K or /healthz (/stats and /metrics are on the admin address)", r.URL.Path)
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K or /healthz (/stats, /metrics and /ui are on the admin address)", r.URL.Path)
 		})
 	} else {
 		s.mux.HandleFunc("/stats", s.handleStats)
 		s.mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		s.mux.HandleFunc("/ui", s.handleUI)
+		s.mux.HandleFunc("/ui/", s.handleUI)
 		s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics", r.URL.Path)
+			s.fail(w, http.StatusNotFound, "no such endpoint %q: try /allow?key=K, /stats, /healthz, /metrics, /ui", r.URL.Path)
 		})
 	}
 	return s, nil
 }
 
-// AdminHandler serves /stats, /healthz and /metrics: what an operator
+// AdminHandler serves /stats, /healthz, /metrics and /ui: what an operator
 // reads, and nothing that spends. With Config.SplitAdmin it is the only
 // place /stats and /metrics are served.
 func (s *Server) AdminHandler() http.Handler { return s.admin }

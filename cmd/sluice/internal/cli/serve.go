@@ -62,6 +62,7 @@ type ServeOptions struct {
 	// GRPCLimits bound the gRPC port (-grpc-max-streams, -grpc-max-request,
 	// -grpc-in-flight; the rest at their defaults).
 	GRPCLimits GRPCLimits
+	UIKeys     bool // -ui-keys: /ui shows keys as sent (else hashed)
 }
 
 func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
@@ -117,6 +118,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.LeaseProportional, "lease-proportional", false, "split a policy among replicas in proportion to their demand, not max-min fair")
 	fs.IntVar(&o.LeaseMaxHolders, "lease-max-holders", 10_000, "replicas that may hold a lease on one key; more are refused (too_many_holders)")
 	fs.IntVar(&o.LeaseMaxAll, "lease-max-leases", 1_000_000, "leases the server holds in all; more are refused (too_many_holders)")
+	fs.BoolVar(&o.UIKeys, "ui-keys", true, "the page at /ui shows the keys denied most as sent; false shows them as keyed hashes (keys can be personal data, such as client IPs)")
 	return fs
 }
 
@@ -294,6 +296,7 @@ func (o *ServeOptions) config() (service.Config, error) {
 		cfg.Leases = &service.LeaseConfig{Lease: o.LeaseDuration, Refresh: o.LeaseRefresh,
 			Proportional: o.LeaseProportional, NoLearning: !o.LeaseLearn, MaxHolders: o.LeaseMaxHolders, MaxLeases: o.LeaseMaxAll}
 	}
+	cfg.UIHideKeys = !o.UIKeys
 	switch {
 	case o.MaxOverrides < 0:
 		return cfg, fmt.Errorf("-max-overrides %d: must not be negative", o.MaxOverrides)
@@ -340,6 +343,7 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	if err != nil {
 		return err
 	}
+	defer startUI(ctx, srv)()
 	hs := &http.Server{
 		Handler: srv,
 		// Why these, and not ReadTimeout: a client that sends its headers
