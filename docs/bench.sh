@@ -37,6 +37,12 @@ run outage go test -count=1 -run TestRedisOutageCostsMilliseconds -v ./cmd/sluic
 # Decisions per second and p50/p99 over gRPC against the HTTP API, same serve.
 run grpc env SLUICE_MEASURE=1 SLUICE_MEASURE_SECS=5 SLUICE_MEASURE_STORES=memory,shm,redis \
   go test -count=1 -run MeasureGRPCvsHTTP -v -timeout 10m ./cmd/sluice
+# A decision under a lease against a local limiter and against /allow and
+# ShouldRateLimit round trips, 5 passes of every row.
+go test -c -o bench.test ./bench
+run lease sh -c 'cd bench && for i in 1 2 3 4 5; do ../bench.test -test.run "^\$" -test.bench "Lease/" -test.benchtime 300ms -test.benchmem; done'
+# Server CPU per million decisions of 8 replicas, leases against /allow.
+run lease-cpu env SLUICE_MEASURE=1 go test -run MeasureLeaseServerCPU -v -count=1 ./cmd/sluice
 # sluice serve against envoyproxy/ratelimit and gubernator, one load loop
 # for all, from the bench module (installs the peers on its first run).
 run service-peers env SLUICE_PEERS=1 go test -run TestServiceVsPeers -v -count=1 -timeout 30m ./bench
