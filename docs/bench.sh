@@ -87,6 +87,11 @@ else
   run grpc env SLUICE_MEASURE=1 SLUICE_MEASURE_SECS=5 SLUICE_MEASURE_STORES=memory,shm \
     go test -count=1 -run MeasureGRPCvsHTTP -v -timeout 10m ./cmd/sluice
 fi
+# A decision under a lease against a local limiter and against /allow and
+# ShouldRateLimit round trips, 5 passes of every row.
+binpasses 5 lease -test.run '^$' -test.bench 'Lease/' -test.benchtime 300ms -test.benchmem
+# Server CPU per million decisions of 8 replicas, leases against /allow.
+run lease-cpu env SLUICE_MEASURE=1 go test -run MeasureLeaseServerCPU -v -count=1 ./cmd/sluice
 # sluice serve against envoyproxy/ratelimit and gubernator (installs the
 # peers on its first run).
 run service-peers env SLUICE_PEERS=1 go test -run TestServiceVsPeers -v -count=1 -timeout 30m ./bench

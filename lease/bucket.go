@@ -99,7 +99,7 @@ func (b *Bucket) add(rate, burst int64, d time.Duration) {
 
 // AllowN spends n tokens if the share holds them now, all or nothing.
 func (b *Bucket) AllowN(n int64) bool {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n <= 0 {
@@ -123,7 +123,7 @@ const never = time.Duration(math.MaxInt64)
 // change the share. It is math.MaxInt64 (never) for n above the policy's
 // burst.
 func (b *Bucket) RetryAfterN(n int64) time.Duration {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if n > b.limBurst || n > maxPicoBurst {
@@ -152,7 +152,7 @@ func (b *Bucket) RetryAfterN(n int64) time.Duration {
 
 // Remaining is the tokens the bucket holds now.
 func (b *Bucket) Remaining() float64 {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
@@ -161,7 +161,7 @@ func (b *Bucket) Remaining() float64 {
 
 // Rate is the share's rate in force now, tokens a second.
 func (b *Bucket) Rate() float64 {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, _ := b.share(now)
@@ -180,7 +180,7 @@ func (b *Bucket) Burst() int64 {
 // Share is the share in force now and when it ends here (zero before a
 // grant, and at zero rate once given back).
 func (b *Bucket) Share() (rate float64, burst int64, until time.Time) {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, bu := b.share(now)
@@ -282,7 +282,7 @@ func (b *Bucket) report(now time.Time) KeyRequest {
 // apply takes the server's answer to a renewal sent at sent, reporting
 // whether the bucket is done (given back).
 func (b *Bucket) apply(sent time.Time, kr *KeyRequest, g *Grant) bool {
-	now := b.c.clock.Now()
+	now := b.c.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if kr.Release {

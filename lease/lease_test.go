@@ -293,3 +293,29 @@ func TestWantInfinite(t *testing.T) {
 		return nil
 	})
 }
+
+// Outside a loop, with no Options.Clock, the client reads the monotonic
+// clock alone (a base time plus monotime): its readings must still be
+// time.Now's, so a lease's local expiry is the grant's length from when the
+// request was sent, less the drift margin.
+func TestRealClockIsTimeNow(t *testing.T) {
+	a, err := leasealloc.New(leasealloc.Config{
+		Policies: map[string]leasealloc.Policy{"p": {Rate: 1000, Burst: 1000}},
+		Lease:    20 * sec, Refresh: 5 * sec, NoLearning: true}, t0)
+	require.NoError(t, err)
+	tr := lease.TransportFunc(func(ctx context.Context, req *lease.Request) (*lease.Response, error) {
+		return a.RenewAt(t0, req) // the server's time is its own
+	})
+	ctx := context.Background()
+	c, err := lease.NewClient(ctx, tr, lease.Options{})
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond) // let the clocks run apart, if they would
+	before := time.Now()
+	b, err := c.Bucket(ctx, "p", "k")
+	after := time.Now()
+	require.NoError(t, err)
+	_, _, until := b.Share()
+	life := 20*sec - 20*sec/100 // the lease less the default 1% margin
+	assert.False(t, until.Before(before.Add(life)), "until %v before %v", until, before.Add(life))
+	assert.False(t, until.After(after.Add(life)), "until %v after %v", until, after.Add(life))
+}

@@ -73,6 +73,8 @@ type Config struct {
 	// replica with ShiftFrom < 0 joins only at Shift.
 	Shift              time.Duration
 	ShiftFrom, ShiftTo func(i int) float64
+	// Trace records every replica's demand and share in each Sample.
+	Trace bool
 }
 
 // Doorman is Doorman's published scenario (its simulation's scenario
@@ -108,6 +110,23 @@ type Sample struct {
 	Shares   float64       // the rates the live replicas enforce
 	Reserved float64       // what the server reserves (all leases)
 	Admitted int64         // tokens admitted in the second before
+	// Each is every replica's demand and share, in order, when
+	// Config.Trace is set (a dead replica's are zero).
+	Each []ReplicaSample
+}
+
+// ReplicaSample is one replica's state at one instant.
+type ReplicaSample struct {
+	Demand, Share float64
+}
+
+// Event is a mishap: when, which (spike, restart, outage, death,
+// partition) and, for those of one replica, which one (else -1), and for
+// how long (outages, deaths, partitions).
+type Event struct {
+	At, For time.Duration
+	Kind    string
+	Replica int
 }
 
 // Result is one run's record and figures.
@@ -118,6 +137,7 @@ type Result struct {
 	RPCs                                          int64
 	Failures                                      int64 // renewals that failed (outages)
 	Deaths, Outages, Restarts, Spikes, Partitions int
+	Events                                        []Event
 
 	// Excess is the largest admitted − (burst + rate·(e − s)) over every
 	// window [s, e], in tokens: ≤ 0 means the bound held.
@@ -387,12 +407,21 @@ func (s *sim) mishaps(ctx context.Context) error {
 		m := s.rng.IntN(total)
 		r := s.rs[s.rng.IntN(len(s.rs))]
 		out := time.Duration(s.rng.Int64N(int64(s.cfg.Outage)) + 1)
+		ev := func(kind string, r *replica, d time.Duration) {
+			e := Event{At: sched.Now(ctx).Sub(s.start), For: d, Kind: kind, Replica: -1}
+			if r != nil {
+				e.Replica = r.id
+			}
+			s.res.Events = append(s.res.Events, e)
+		}
 		switch {
 		case m < s.cfg.SpikeW:
 			s.res.Spikes++
+			ev("spike", r, 0)
 			s.setDemand(r, r.demand+s.cfg.Spike)
 		case m < s.cfg.SpikeW+s.cfg.RestartW:
 			s.res.Restarts++
+			ev("restart", nil, 0)
 			a, err := leasealloc.New(s.allocCfg, s.serverNow(ctx)) // learning mode
 			if err != nil {
 				return err
@@ -403,6 +432,7 @@ func (s *sim) mishaps(ctx context.Context) error {
 				continue
 			}
 			s.res.Outages++
+			ev("outage", nil, out)
 			s.down = true
 			sched.Go(ctx, func(ctx context.Context) error {
 				_ = sched.Sleep(ctx, out)
@@ -414,6 +444,7 @@ func (s *sim) mishaps(ctx context.Context) error {
 				continue
 			}
 			s.res.Partitions++
+			ev("partition", r, out)
 			r.cut = true
 			sched.Go(ctx, func(ctx context.Context) error {
 				_ = sched.Sleep(ctx, out)
@@ -425,6 +456,7 @@ func (s *sim) mishaps(ctx context.Context) error {
 				continue
 			}
 			s.res.Deaths++
+			ev("death", r, out)
 			r.alive = false
 			r.stop() // no release: a dead process says nothing
 			sched.Go(ctx, func(ctx context.Context) error {
@@ -448,11 +480,17 @@ func (s *sim) sampler(ctx context.Context) error {
 		now := sched.Now(ctx)
 		sm := Sample{At: now.Sub(s.start), Admitted: int64(len(s.res.Admits) - lastAdmits)}
 		lastAdmits = len(s.res.Admits)
-		for _, r := range s.rs {
+		if s.cfg.Trace {
+			sm.Each = make([]ReplicaSample, len(s.rs))
+		}
+		for i, r := range s.rs {
 			if r.alive {
 				sm.Demand += r.demand
 				rate, _, _ := r.bucket.Share()
 				sm.Shares += rate
+				if sm.Each != nil {
+					sm.Each[i] = ReplicaSample{Demand: r.demand, Share: rate}
+				}
 			}
 		}
 		sm.Reserved, _ = s.alloc.ReservedAt(s.serverNow(ctx), "p", "k")
