@@ -179,6 +179,9 @@ func (g *Gate) DecideAll(ctx context.Context, reqs []store.Request, spend bool, 
 		g.failed(ctx, fmt.Errorf("decide: store %s cannot decide several requests as one", g.store.Name()), 0, d)
 		return
 	}
+	// The timeout and the timing as allowSlow's, written again rather than
+	// shared through a closure: allowSlow is a decision's path and stays
+	// free of one.
 	sctx := ctx
 	if g.timeout > 0 {
 		var cancel context.CancelFunc

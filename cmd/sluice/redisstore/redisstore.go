@@ -106,10 +106,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
-	s := New(redis.NewClient(opt))
-	s.renew = func() redis.UniversalClient { return redis.NewClient(opt) }
-	s.bound(o.timeout)
-	return s, nil
+	return renewable(func() redis.UniversalClient { return redis.NewClient(opt) }, o.timeout), nil
 }
 
 func collect(opts []Option) options {
@@ -173,10 +170,17 @@ func OpenCluster(url string, opts ...Option) (*Store, error) {
 	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
-	s := New(redis.NewClusterClient(opt))
-	s.renew = func() redis.UniversalClient { return redis.NewClusterClient(opt) }
-	s.bound(o.timeout)
-	return s, nil
+	return renewable(func() redis.UniversalClient { return redis.NewClusterClient(opt) }, o.timeout), nil
+}
+
+// renewable is a Store over the client newClient makes, which Ping may make
+// again (see renew), each Allow bounded by timeout: what Open,
+// OpenCluster and OpenSentinel return.
+func renewable(newClient func() redis.UniversalClient, timeout time.Duration) *Store {
+	s := New(newClient())
+	s.renew = newClient
+	s.bound(timeout)
+	return s
 }
 
 // New returns a Store over c, which it owns (Close closes it). Configure c

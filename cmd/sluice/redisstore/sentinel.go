@@ -34,10 +34,7 @@ func OpenSentinel(rawURL string, opts ...Option) (*Store, error) {
 	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
 	opt.ContextTimeoutEnabled = true
 	opt.DisableIdentity = true
-	s := New(redis.NewFailoverClient(opt))
-	s.renew = func() redis.UniversalClient { return redis.NewFailoverClient(opt) }
-	s.bound(o.timeout)
-	return s, nil
+	return renewable(func() redis.UniversalClient { return redis.NewFailoverClient(opt) }, o.timeout), nil
 }
 
 // ParseSentinelURL parses OpenSentinel's URL into go-redis's options. Its
