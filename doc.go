@@ -13,7 +13,9 @@
 //     microseconds, exactly; sched/schedtest explores seeded schedules.
 //   - [github.com/sluice-go/sluice/semaphore] and [github.com/sluice-go/sluice/ticker]:
 //     the FIFO semaphore and the drift-free ticker the limiter is made of.
+//   - [github.com/sluice-go/sluice/lease] and [github.com/sluice-go/sluice/client]:
+//     what a replica of a service imports to share one limit through sluice
+//     serve: capacity leases decided locally, or a round trip per decision.
 //
-// The service, sluice serve, and the client its replicas import are the
-// module github.com/sluice-go/sluice/cmd/sluice (package client).
+// The service, sluice serve, is the module github.com/sluice-go/sluice/cmd/sluice.
 package sluice

@@ -62,5 +62,5 @@
 //
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
 // [ratelimiter.Adaptive]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Adaptive
-// [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/cmd/sluice/client#Client.Store
+// [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
 package httplimit

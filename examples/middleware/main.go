@@ -42,7 +42,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
 	"github.com/sluice-go/sluice/httplimit"
 	"github.com/sluice-go/sluice/store"

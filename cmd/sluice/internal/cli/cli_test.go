@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/store"

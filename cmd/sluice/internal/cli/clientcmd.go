@@ -8,7 +8,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/lease"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/store"
 )

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 )
 
 // Replica plays one replica of a service: RPS times a second it wants one

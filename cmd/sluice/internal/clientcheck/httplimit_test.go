@@ -1,4 +1,4 @@
-package client_test
+package clientcheck_test
 
 // The httplimit middleware over the stores of this module: a running
 // service seen through the client, and Redis.
@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/httplimit"
@@ -209,7 +209,7 @@ func TestSameAnswerAsServe(t *testing.T) {
 // Limits shared by every replica through a running `sluice serve`: the
 // client's Store makes the service a store.Store. Here the service runs in
 // this process on loopback; in production it is its own process.
-func ExampleClient_Store() {
+func Example_store() {
 	policy := store.Policy{Name: "api", Rate: 1, Burst: 2}
 	svc, err := service.New(service.Config{Store: store.NewMemory(), Default: policy, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -1,4 +1,4 @@
-package client_test
+package clientcheck_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"net/http/httptest"
 	"time"
 
-	"github.com/sluice-go/sluice/cmd/sluice/client"
+	"github.com/sluice-go/sluice/client"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/store"
 )
