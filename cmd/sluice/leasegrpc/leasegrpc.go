@@ -41,7 +41,8 @@ type Renewer func(ctx context.Context, req *lease.Request) (*lease.Response, err
 // Register serves the Leases service on g, answering with renew. A request
 // renew refuses as a whole comes back with InvalidArgument
 // (ResourceExhausted for too many keys) and the lease code in its message
-// ("too_many_keys: …"), which Transport maps back to the lease error.
+// ("too_many_keys: …"), which Transport maps back to the lease error; an
+// error that is a gRPC status already (PermissionDenied) goes as it is.
 func Register(g grpc.ServiceRegistrar, renew Renewer) {
 	g.RegisterService(&grpc.ServiceDesc{
 		ServiceName: ServiceName,
@@ -54,6 +55,9 @@ func Register(g grpc.ServiceRegistrar, renew Renewer) {
 					return nil, status.Errorf(codes.InvalidArgument, "bad_request: %v", err)
 				}
 				resp, err := renew(ctx, &req)
+				if _, ok := status.FromError(err); ok && err != nil {
+					return nil, err // a gRPC status already (PermissionDenied): as it is
+				}
 				if err != nil {
 					c := codes.InvalidArgument
 					if lease.Code(err) == "too_many_keys" {

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
@@ -24,13 +26,13 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func serve(t *testing.T) lease.Transport {
+func serve(t *testing.T, clientNames ...string) lease.Transport {
 	t.Helper()
 	mem := store.NewMemory()
 	p := store.Policy{Name: "api", Rate: 100, Burst: 50}
 	srv, err := service.New(service.Config{Store: mem, Default: store.Policy{Rate: 1, Burst: 1},
 		Limits: map[string]store.Policy{"api": p}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Leases: &service.LeaseConfig{NoLearning: true}})
+		Leases: &service.LeaseConfig{NoLearning: true}, ClientNames: clientNames})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -77,4 +79,15 @@ func TestRenewOverGRPC(t *testing.T) {
 	_, err = tr.Renew(ctx, many)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, lease.ErrTooManyKeys)
+}
+
+// With -client-names, a caller without a named client certificate (here:
+// no TLS at all) gets PermissionDenied and no lease.
+func TestRenewRefusesUnnamedClients(t *testing.T) {
+	tr := serve(t, "replica-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := tr.Renew(ctx, &lease.Request{Holder: "r1", Keys: []lease.KeyRequest{{Policy: "api", Key: "k", Want: 1}}})
+	require.Error(t, err)
+	assert.Equal(t, codes.PermissionDenied, status.Code(err), "%v", err)
 }

@@ -169,8 +169,14 @@ func (s *Server) failCode(w http.ResponseWriter, status int, code, format string
 
 // RenewLease answers one lease request, as POST /lease does (counted in
 // the same metrics): for the gRPC Leases service (package leasegrpc). With
-// leases off it refuses every request (lease.ErrBadRequest).
-func (s *Server) RenewLease(_ context.Context, req *lease.Request) (*lease.Response, error) {
+// leases off it refuses every request (lease.ErrBadRequest); with
+// Config.ClientNames, a caller they do not name gets PermissionDenied.
+func (s *Server) RenewLease(ctx context.Context, req *lease.Request) (*lease.Response, error) {
+	if s.clients != nil {
+		if err := s.allowGRPC(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if s.leases == nil {
 		return nil, lease.Err("bad_request", "leases are off on this server (-leases=false)")
 	}
