@@ -89,7 +89,8 @@ type Config struct {
 	// matches no rule there is limited by Limits or Default as without rules.
 	HTTPDomain string
 	// ClientNames, when not empty, are the only clients that may ask for
-	// decisions (/allow, ShouldRateLimit): each must have presented a
+	// decisions and leases (/allow, ShouldRateLimit, /lease, RenewLease):
+	// each must have presented a
 	// client certificate verified by the TLS server (mutual TLS) whose DNS,
 	// URI or email SAN or subject common name is one of them. Anyone else
 	// gets 403 (gRPC: PermissionDenied) with the reason, counted in

@@ -108,7 +108,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.TLSKey, "tls-key", "", "the private key of -tls-cert (PEM)")
 	fs.StringVar(&o.ClientCA, "client-ca", "", "mutual TLS: require on both ports a client certificate signed by a CA in this file (PEM; needs -tls-cert)")
 	fs.DurationVar(&o.TLSPoll, "tls-poll", 10*time.Second, "check the TLS files this often and reload them when they changed (0: only on SIGHUP)")
-	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions (/allow, ShouldRateLimit), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
+	fs.StringVar(&o.ClientNames, "client-names", "", `with -client-ca: the only client certificates that may ask for decisions and leases (/allow, ShouldRateLimit, /lease), by DNS, URI or email SAN or subject CN, comma-separated ("replica.internal,spiffe://prod/api"); others get 403 (gRPC: PermissionDenied)`)
 	fs.StringVar(&o.AdminAddr, "admin-addr", "", "serve /stats, /metrics and /healthz on this address instead of -addr (with the same TLS), to keep them private")
 	fs.BoolVar(&o.StopOverLimitIncrement, "stop-over-limit-increment", false, "gRPC: a request over the limit on any descriptor spends nothing on the others (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; on Redis in one script call)")
 	fs.BoolVar(&o.Leases, "leases", true, "serve capacity leases (POST /lease): replicas hold a share of a policy and decide locally; see docs/leases.md")
