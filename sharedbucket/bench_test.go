@@ -183,24 +183,30 @@ func benchKeys(n int) []string {
 	return keys
 }
 
+// allowEach asks tb for keys in turn, once per iteration, and fails unless
+// every call is allowed.
+func allowEach(b *testing.B, tb *Table, keys []string) {
+	b.ReportAllocs()
+	n, i := 0, 0
+	defer cpuMetric(b)()
+	for b.Loop() {
+		if tb.Allow(keys[i]) {
+			n++
+		}
+		if i++; i == len(keys) {
+			i = 0
+		}
+	}
+	if n != b.N {
+		b.Fatalf("allowed %d of %d", n, b.N)
+	}
+}
+
 func BenchmarkKeyed100k(b *testing.B) {
 	keys := benchKeys(100_000)
 	clockVariants(b, "sharedbucket.Table", func(b *testing.B, opts ...Option) {
 		tb := benchTable(b, neverDeny, append(opts, WithSlots(1<<18))...)
-		b.ReportAllocs()
-		n, i := 0, 0
-		defer cpuMetric(b)()
-		for b.Loop() {
-			if tb.Allow(keys[i]) {
-				n++
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
-		if n != b.N {
-			b.Fatalf("allowed %d of %d", n, b.N)
-		}
+		allowEach(b, tb, keys)
 	})
 }
 
@@ -381,20 +387,7 @@ func BenchmarkClaim(b *testing.B) {
 	keys := benchKeys(1 << 20)
 	b.Run("impl=sharedbucket.Table", func(b *testing.B) {
 		tb := benchTable(b, neverDeny, WithSlots(1<<12))
-		b.ReportAllocs()
-		n, i := 0, 0
-		defer cpuMetric(b)()
-		for b.Loop() {
-			if tb.Allow(keys[i]) {
-				n++
-			}
-			if i++; i == len(keys) {
-				i = 0
-			}
-		}
-		if n != b.N {
-			b.Fatalf("allowed %d of %d", n, b.N)
-		}
+		allowEach(b, tb, keys)
 	})
 	for _, slots := range []int{1 << 12, 64} {
 		b.Run(fmt.Sprintf("impl=sharedbucket.Table-par2/slots=%d", slots), func(b *testing.B) {
