@@ -22,6 +22,7 @@ type Server struct {
 	cmd     *exec.Cmd
 	cluster bool
 	extra   []string // more redis-server arguments
+	dir     string   // its working directory (snapshots a replica saves go here)
 	conf    string   // a sentinel's config file ("" for a server)
 }
 
@@ -81,6 +82,9 @@ func startServer(t testing.TB, s *Server) *Server {
 		t.Skip("redis-server not found (set SLUICE_REQUIRE_REDIS=1 to make this a failure)")
 	}
 	s.t = t
+	// Why a directory of its own: a replica saves the master's snapshot
+	// (dump.rdb) in its working directory, which is otherwise the test's.
+	s.dir = t.TempDir()
 	for attempt := 0; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -121,7 +125,9 @@ func (s *Server) start() error {
 			"--protected-mode", "no", "--loglevel", "warning"}
 	}
 	args = append(args, s.extra...)
-	if s.cluster {
+	if !s.cluster {
+		args = append(args, "--dir", s.dir)
+	} else {
 		dir, err := os.MkdirTemp("", "redistest-cluster-")
 		if err != nil {
 			return err
@@ -178,32 +184,7 @@ func (s *Server) Restart() {
 func assignAllSlots(c net.Conn) error {
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	r := bufio.NewReader(c)
-	do := func(args ...string) (string, error) {
-		var b strings.Builder
-		fmt.Fprintf(&b, "*%d\r\n", len(args))
-		for _, a := range args {
-			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
-		}
-		if _, err := io.WriteString(c, b.String()); err != nil {
-			return "", err
-		}
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return "", err
-		}
-		if strings.HasPrefix(line, "$") { // bulk string: read its body
-			n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
-			buf := make([]byte, n+2)
-			if _, err := io.ReadFull(r, buf); err != nil {
-				return "", err
-			}
-			return string(buf[:n]), nil
-		}
-		if strings.HasPrefix(line, "-") {
-			return "", fmt.Errorf("redis: %s", strings.TrimSpace(line[1:]))
-		}
-		return strings.TrimSpace(line), nil
-	}
+	do := func(args ...string) (string, error) { return command(c, r, args...) }
 	if _, err := do("CLUSTER", "ADDSLOTSRANGE", "0", "16383"); err != nil {
 		return err
 	}
@@ -217,4 +198,48 @@ func assignAllSlots(c net.Conn) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// command sends one command on c and reads its answer from r: a simple or
+// integer reply as its text, a bulk string as its body, an error as an error.
+func command(c net.Conn, r *bufio.Reader, args ...string) (string, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return "", err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(line, "$") { // bulk string: read its body
+		n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+		if n < 0 {
+			return "", nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	if strings.HasPrefix(line, "-") {
+		return "", fmt.Errorf("redis: %s", strings.TrimSpace(line[1:]))
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// Do sends one command to the server on a new connection and returns its
+// answer as text (a bulk string's body, a simple reply's text).
+func (s *Server) Do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return command(c, bufio.NewReader(c), args...)
 }
