@@ -1,7 +1,6 @@
 package ratelimiter_test
 
 import (
-	"runtime"
 	"strconv"
 
 	"github.com/benbjohnson/clock"
@@ -12,5 +11,3 @@ func formatInt(i int) string       { return strconv.Itoa(i) }
 
 // newFrozenMock returns a mock clock that nobody advances.
 func newFrozenMock() *clock.Mock { return clock.NewMock() }
-
-func testingProcs() int { return runtime.GOMAXPROCS(0) }

@@ -1,4 +1,5 @@
-// Package tools holds no code: its module pins the tools docs/bench.sh runs
-// (`go tool -modfile=bench/tools/go.mod benchstat`), apart from the bench
-// module, whose versions they would otherwise raise.
+// Package tools holds no code: its module pins the tools the repository runs,
+// apart from the other modules, whose versions they would otherwise raise:
+// benchstat for docs/bench.sh (`go tool -modfile=bench/tools/go.mod
+// benchstat`) and staticcheck for .ci/run, which builds it from this pin.
 package tools

@@ -183,7 +183,7 @@ func TestFailModes(t *testing.T) {
 	require.ErrorIs(t, closed.Acquire(ctx, "k", 1), client.ErrUnavailable)
 
 	// A 5xx is unavailability too.
-	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", 502) })
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", http.StatusBadGateway) })
 	c5 := newClient(t, &inProcess{h: h}, client.WithFailMode(client.FailClosed))
 	d, err = c5.Allow(ctx, "k", 1)
 	require.ErrorIs(t, err, client.ErrUnavailable)
