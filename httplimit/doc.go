@@ -11,7 +11,7 @@
 //
 // With [Adaptive] the limiter's rate needs no figure: it follows what the
 // upstream accepts, rising while answers are clean and falling on
-// throttling answers, within bounds (the law is [ratelimiter.Adaptive]). The
+// throttling answers, within bounds (the law is [adapt.Law]). The
 // law alone sets the rate: an advertised RateLimit-Policy is its ceiling,
 // and its min holds even under a policy lower still. [AdaptToPolicy]
 // without it lowers the rate to the policy, never below the first rate
@@ -61,6 +61,6 @@
 // its network.
 //
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
-// [ratelimiter.Adaptive]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Adaptive
+// [adapt.Law]: https://pkg.go.dev/github.com/sluice-go/sluice/adapt#Law
 // [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
 package httplimit

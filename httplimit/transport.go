@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/ratelimiter"
+	"github.com/sluice-go/sluice/adapt"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
 )
@@ -97,7 +97,7 @@ type RoundTripper struct {
 	lawSet         bool
 	lawMin, lawMax float64
 	lawLog         *slog.Logger
-	law            *ratelimiter.Adaptive
+	law            *adapt.Law
 
 	mu    sync.Mutex
 	until time.Time               // guarded by mu; no request leaves before it
@@ -143,7 +143,7 @@ func AdaptToPolicy() TransportOption {
 // Adaptive makes the Transport find the upstream's rate by itself: the
 // limiter's rate (when it has SetRate, as a *ratelimiter.Limiter does; any
 // other limiter is left alone) starts where it is and then follows what the
-// upstream accepts, by the control law of ratelimiter.Adaptive. It rises
+// upstream accepts, by the control law of package adapt (adapt.Law). It rises
 // while answers are clean, and falls on a 429, on a 503 with Retry-After and
 // on a RateLimit field with r=0; it never leaves [min, max] and never
 // exceeds a rate advertised in RateLimit-Policy (Q/W). Holds work as without
@@ -152,7 +152,7 @@ func AdaptToPolicy() TransportOption {
 //
 // The rate is logged (slog.Default, level Info, unless AdaptiveLog says
 // otherwise) each time it moves by more than a factor of 2 from the rate
-// last logged; RoundTripper.Adaptive gives the law itself, for its Rate.
+// last logged; RoundTripper.Law gives the law itself, for its Rate.
 // Transport panics on bounds that are not 0 < min ≤ max.
 func Adaptive(min, max float64) TransportOption {
 	return func(t *RoundTripper) { t.lawSet, t.lawMin, t.lawMax = true, min, max }
@@ -168,9 +168,9 @@ func AdaptiveLog(l *slog.Logger) TransportOption {
 	}
 }
 
-// Adaptive returns the control law Adaptive set up, or nil (no Adaptive
-// option, or a limiter without SetRate).
-func (t *RoundTripper) Adaptive() *ratelimiter.Adaptive { return t.law }
+// Law returns the control law the Adaptive option set up, or nil (no
+// Adaptive option, or a limiter without SetRate).
+func (t *RoundTripper) Law() *adapt.Law { return t.law }
 
 // Transport returns a RoundTripper that sends requests through base
 // (http.DefaultTransport when nil), each after one unit of lim.
@@ -191,7 +191,7 @@ func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *Ro
 		t.floor = rs.Rate() / PolicyFloorFactor
 	}
 	if rs, ok := lim.(rateSetter); ok && t.lawSet {
-		law, err := ratelimiter.NewAdaptive(rs, t.lawMin, t.lawMax, ratelimiter.LogChanges(t.lawLog, 2))
+		law, err := adapt.New(rs, t.lawMin, t.lawMax, adapt.LogChanges(t.lawLog, 2))
 		if err != nil {
 			panic("httplimit: " + err.Error())
 		}
