@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/gcra"
-	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/keyhash"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/selfbound"
 )
 
 const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at a time
@@ -182,8 +182,8 @@ func (c *intervalCache) of(rate float64) int64 {
 	return t
 }
 
-// inProcess marks Memory for internal/inprocess.Is.
-type inProcess = inprocess.Marker
+// inProcess marks Memory for internal/selfbound.Of.
+type inProcess = selfbound.InProcess
 
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
@@ -60,12 +59,12 @@ type Decision struct {
 // Config configures New.
 type Config struct {
 	Store store.Store
-	// Timeout bounds each store call; zero or negative means no bound. An
-	// in-process store (the memory and shm stores: inprocess.Is) is never bounded: it does not wait, and a
-	// context.WithTimeout would cost a timer per request for nothing. Nor
-	// is a store that bounds each call itself within Timeout
-	// (selfbound.Of, such as the Redis store): its bound is tighter, and
-	// cheaper than a context per call.
+	// Timeout bounds each store call; zero or negative means no bound. A
+	// store that promises a bound within Timeout (selfbound.Of: an
+	// in-process store, the memory and shm stores, which never waits; the
+	// Redis store, which bounds each call itself) gets none from the gate:
+	// its own is tighter, and a context.WithTimeout would cost a timer per
+	// request for nothing.
 	Timeout  time.Duration
 	FailOpen bool // a failed store's requests are allowed
 	Timed    bool // measure Decision.Latency (two monotonic clock reads)
@@ -84,10 +83,13 @@ type Gate struct {
 // New returns a Gate over c.Store.
 func New(c Config) *Gate {
 	g := &Gate{store: c.Store, timeout: max(c.Timeout, 0), failOpen: c.FailOpen, timed: c.Timed}
-	if inprocess.Is(c.Store) {
-		g.timeout = 0
+	// A breaker adds no wait of its own (an open one answers at once, its
+	// probes run in the background): the bound is the wrapped store's.
+	var s any = c.Store
+	if b, ok := s.(*store.Breaker); ok {
+		s = b.Unwrap()
 	}
-	if b := selfbound.Of(c.Store); b > 0 && b <= g.timeout {
+	if b, ok := selfbound.Of(s); ok && b <= g.timeout {
 		g.timeout = 0
 	}
 	return g

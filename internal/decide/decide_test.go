@@ -97,7 +97,30 @@ func TestInProcessStoreIsNotBounded(t *testing.T) {
 	assert.Zero(t, allow(g, t.Context(), 1).Allowed, "the burst is spent")
 }
 
-type selfBound = selfbound.Marker
+type (
+	selfBound = selfbound.Marker
+	inProcess = selfbound.InProcess
+)
+
+// inProcessStore is a fakeStore marked in-process.
+type inProcessStore struct {
+	inProcess
+	*fakeStore
+}
+
+// An in-process store gets no context deadline from the gate, whatever the
+// timeout, alone or behind a breaker.
+func TestInProcessStoreGetsNoDeadline(t *testing.T) {
+	f := &inProcessStore{fakeStore: &fakeStore{}}
+	br := store.NewBreaker(f, store.BreakerOptions{})
+	t.Cleanup(func() { _ = br.Close() })
+	for _, s := range []store.Store{f, br} {
+		g := decide.New(decide.Config{Store: s, Timeout: time.Second, Timed: true})
+		d := allow(g, t.Context(), 1)
+		require.Equal(t, decide.Decided, d.Outcome)
+		assert.False(t, f.hadDeadline, "%T", s)
+	}
+}
 
 // boundedStore is a fakeStore that promises to bound each call itself.
 type boundedStore struct {

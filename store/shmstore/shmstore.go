@@ -35,7 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/inprocess"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/internal/tablecounts"
 	"github.com/sluice-go/sluice/sharedbucket"
 	"github.com/sluice-go/sluice/store"
@@ -60,8 +60,8 @@ type Store struct {
 	dropped []tableID // guarded by mu
 }
 
-// inProcess marks Store for internal/inprocess.Is.
-type inProcess = inprocess.Marker
+// inProcess marks Store for internal/selfbound.Of.
+type inProcess = selfbound.InProcess
 
 type tableID struct {
 	interval time.Duration
