@@ -24,7 +24,7 @@ type bounded struct {
 // caller, not here), a zero Marker and nil promise none.
 func TestOf(t *testing.T) {
 	mem := store.NewMemory()
-	b := &bounded{Store: mem} // a breaker's Close closes it
+	b := &bounded{Store: mem}   // a breaker's Close closes it
 	assertBound(t, b, 0, false) // the zero Marker promises nothing
 	selfbound.Set(&b.selfBound, 250*time.Millisecond)
 	assertBound(t, b, 250*time.Millisecond, true)
