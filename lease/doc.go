@@ -38,9 +38,9 @@
 // # Faults
 //
 // A renewal that fails leaves every share in force until its expiry; past
-// it, a key follows Options.Fail: FailClosed (the default) grants nothing
-// until a renewal succeeds; FailOpen keeps deciding at its last share, which
-// gives up the bound for availability.
+// it, a key follows Options.Fail: store.FailClosed (the default) grants
+// nothing until a renewal succeeds; store.FailOpen keeps deciding at its
+// last share, which gives up the bound for availability.
 //
 // # Time
 //

@@ -211,7 +211,7 @@ func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy)
 // Evictions reports, for p's table, the live buckets this store evicted to
 // make room for new keys (each one let its key start over with a full
 // bucket: the limit loosened) and the decisions given up under contention
-// (answered per sharedbucket.FailClosed), since the store was opened. Zeros
+// (answered per sharedbucket.WithFailMode), since the store was opened. Zeros
 // if p's table is not open. Policies with the same rate and burst share one
 // table, and so these counts. Counts are this process's: other processes
 // sharing the tables count their own.
