@@ -15,6 +15,11 @@
 // waits. The cache keeps each clock apart: a denial cached in a sched.Run
 // loop (on its virtual clock) or a testing/synctest bubble never answers a
 // caller on real time, nor the other way round.
+//
+// Time: as in every package here that waits, the ctx's clock. Acquire's
+// waits park a sched.Run fiber on the loop's clock, and block a goroutine
+// on real time (a testing/synctest bubble's inside one) otherwise. There is
+// no clock option: the service decides, and its retry-after is a duration.
 package client
 
 import (

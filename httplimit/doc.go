@@ -38,6 +38,15 @@
 // forgotten and counted). Clients that rotate addresses cost the keys of
 // the last minute or two, never every key ever seen.
 //
+// # Time
+//
+// As in every package here that waits, a Transport's time is its request's
+// context's: a sched.Run loop's clock (the waits park the fiber, and virtual
+// time runs an hour of a client in milliseconds), a testing/synctest
+// bubble's fake time, and real time otherwise; it takes no clock option. A
+// Middleware waits on nothing: its time is its store's (store.WithClock for
+// the memory store).
+//
 // # Client IP and proxy headers
 //
 // By default the middleware believes no header: the key is the address of

@@ -21,6 +21,12 @@
 // shared memory. There is no lock, no syscall and no write that every
 // process shares: a denial writes nothing at all.
 //
+// Time: a table decides without waiting, on readings of the host's
+// monotonic clock in nanoseconds ([Now]: one int64, the same in every
+// process). X and XN read it; XAt takes the reading, for tests that drive
+// time by hand. There is no context clock and no clock.Clock option: a
+// reading must mean the same instant in every process sharing the file.
+//
 // # Calls
 //
 // [Table] and [Bucket] (one key's handle) share one naming grid, as
