@@ -52,6 +52,7 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 	inProcess                       // zero-size: Allow never waits, so callers skip per-call timeouts
 	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
 	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
@@ -183,6 +184,8 @@ func (c *intervalCache) of(rate float64) int64 {
 }
 
 // inProcess marks Memory for internal/selfbound.Of.
+//
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 type inProcess = selfbound.InProcess
 
 // MemoryOption configures NewMemory.

@@ -118,13 +118,14 @@ func TestInProcessStoreIsNotBounded(t *testing.T) {
 	assert.Zero(t, allow(g, t.Context(), 1).Allowed, "the burst is spent")
 }
 
-type (
-	selfBound = selfbound.Marker
-	inProcess = selfbound.InProcess
-)
+type selfBound = selfbound.Marker
+
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
+type inProcess = selfbound.InProcess
 
 // inProcessStore is a fakeStore marked in-process.
 type inProcessStore struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 	inProcess
 	*fakeStore
 }

@@ -45,10 +45,10 @@ func Set(m *Marker, d time.Duration) { m.d = max(d, 0) }
 // *store.Breaker: Gate does) before asking. Why not here: this package is
 // imported by the store package, so it cannot name store.Breaker.
 func Of(s any) (time.Duration, bool) {
-	switch m := s.(type) {
-	case interface{ inProcess() }:
+	if _, ok := s.(interface{ inProcess() }); ok {
 		return 0, true
-	case interface{ selfBound() time.Duration }:
+	}
+	if m, ok := s.(interface{ selfBound() time.Duration }); ok {
 		d := m.selfBound()
 		return d, d > 0
 	}

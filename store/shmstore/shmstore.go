@@ -44,6 +44,7 @@ import (
 // Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
 // the zero value is not usable (use Open). Allow never blocks.
 type Store struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 	inProcess // Allow never waits: callers skip per-call timeouts
 
 	arena  *sharedbucket.Arena // the directory; tables are opened with openHeld
@@ -61,6 +62,8 @@ type Store struct {
 }
 
 // inProcess marks Store for internal/selfbound.Of.
+//
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 type inProcess = selfbound.InProcess
 
 type tableID struct {
