@@ -6,6 +6,8 @@
 //   - [github.com/sluice-go/sluice/httplimit]: an outbound http.RoundTripper
 //     that honours the limit and the upstream's 429s, and an inbound
 //     per-client middleware over the stores of [github.com/sluice-go/sluice/store].
+//   - [github.com/sluice-go/sluice/adapt]: the control law that finds the
+//     rate an upstream accepts (httplimit.Adaptive uses it; any client can).
 //   - [github.com/sluice-go/sluice/sharedbucket]: one limit per key for every
 //     process on a host, in a memory-mapped table (Linux, macOS).
 //   - [github.com/sluice-go/sluice/sched] and [github.com/sluice-go/sluice/vclock]:

@@ -9,12 +9,17 @@
 //
 // The service is a dependency on the request path, so every call is bounded
 // by a per-call timeout and what an unreachable service means is the
-// caller's choice: FailOpen (proceed) or FailClosed (refuse). A key the
-// service denied for R is not asked about again until R has passed (the
+// caller's choice: store.FailOpen (proceed) or store.FailClosed (refuse). A
+// key the service denied for R is not asked about again until R has passed (the
 // local deny cache), so a flooding caller costs the service nothing while it
 // waits. The cache keeps each clock apart: a denial cached in a sched.Run
 // loop (on its virtual clock) or a testing/synctest bubble never answers a
 // caller on real time, nor the other way round.
+//
+// Time: as in every package here that waits, the ctx's clock. Acquire's
+// waits park a sched.Run fiber on the loop's clock, and block a goroutine
+// on real time (a testing/synctest bubble's inside one) otherwise. There is
+// no clock option: the service decides, and its retry-after is a duration.
 package client
 
 import (
@@ -36,38 +41,8 @@ import (
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/store"
 )
-
-// FailMode says what an unreachable or failing service means.
-type FailMode int
-
-const (
-	// FailOpen allows the work when the service cannot answer: it protects
-	// your users and risks overloading what the limit guards.
-	FailOpen FailMode = iota
-	// FailClosed denies the work when the service cannot answer: it protects
-	// the backend and turns a limiter outage into your outage.
-	FailClosed
-)
-
-// String returns "open" or "closed".
-func (m FailMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// ParseFailMode parses "open" or "closed".
-func ParseFailMode(s string) (FailMode, error) {
-	switch s {
-	case "open":
-		return FailOpen, nil
-	case "closed":
-		return FailClosed, nil
-	}
-	return 0, fmt.Errorf("fail mode %q: want open or closed", s)
-}
 
 // Source says where a Decision came from.
 type Source int
@@ -75,7 +50,7 @@ type Source int
 const (
 	FromServer   Source = iota // the service decided
 	FromCache                  // a denial the service gave earlier, still in force
-	FromFailMode               // the service could not answer; the FailMode decided
+	FromFailMode               // the service could not answer; the fail mode decided
 )
 
 // Decision is the answer to one Allow.
@@ -121,7 +96,7 @@ type Client struct {
 	base    string
 	hc      *http.Client
 	timeout time.Duration
-	fail    FailMode
+	fail    store.FailMode
 	jitter  float64
 
 	cache *denyCache // nil when disabled
@@ -139,8 +114,11 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // slow.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// WithFailMode sets what an unavailable service means (default FailOpen).
-func WithFailMode(m FailMode) Option { return func(c *Client) { c.fail = m } }
+// WithFailMode sets what an unavailable service means: store.FailOpen (the
+// default) allows the work, which protects your users and risks overloading
+// what the limit guards; store.FailClosed denies it, which protects the
+// backend and turns a limiter outage into your outage.
+func WithFailMode(m store.FailMode) Option { return func(c *Client) { c.fail = m } }
 
 // WithJitter sets the largest extra fraction Acquire adds to a retry-after
 // (default 0.1: a wait of 100 ms becomes 100–110 ms), so replicas denied
@@ -236,7 +214,7 @@ func (r *allowReply) decision(status int) (Decision, error) {
 // Allow asks whether n units of work on key may proceed now; it never waits
 // beyond one request (bounded by the client's timeout and ctx).
 //
-// When the service cannot answer, Allow returns the FailMode's decision
+// When the service cannot answer, Allow returns the fail mode's decision
 // (Source FromFailMode) together with an error wrapping ErrUnavailable, so
 // callers may act on the decision and still count the error. A malformed
 // request returns a *RequestError. If ctx ends first, Allow returns
@@ -308,7 +286,7 @@ func (c *Client) Allow(ctx context.Context, key string, n int64) (Decision, erro
 }
 
 func (c *Client) failed(err error) (Decision, error) {
-	return Decision{Allowed: c.fail == FailOpen, Source: FromFailMode}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	return Decision{Allowed: c.fail != store.FailClosed, Source: FromFailMode}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 }
 
 func truncate(b []byte) string {
@@ -323,12 +301,12 @@ func truncate(b []byte) string {
 // network: after a denial it sleeps the service's retry-after (plus jitter,
 // at least MinRetryWait, at most MaxRetryWait at a time) and asks again. A
 // reply it cannot use counts as the service being unavailable, so it never
-// spins on a broken server. It returns nil when allowed, including by FailOpen when the
-// service is unavailable. It returns at once, without sleeping:
+// spins on a broken server. It returns nil when allowed, including by
+// store.FailOpen when the service is unavailable. It returns at once, without sleeping:
 //   - ctx.Err() if ctx ends (mid-wait too);
 //   - an error wrapping ErrWaitPastDeadline and context.DeadlineExceeded when
 //     the next wait would end after ctx's deadline;
-//   - the ErrUnavailable error under FailClosed;
+//   - the ErrUnavailable error under store.FailClosed;
 //   - a *RequestError (n above the key's burst can never be allowed).
 func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
 	for {

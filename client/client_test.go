@@ -14,17 +14,6 @@ import (
 // module (cmd/sluice/internal/clientcheck), which this module cannot require.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestParseFailMode(t *testing.T) {
-	m, err := client.ParseFailMode("open")
-	require.NoError(t, err)
-	assert.Equal(t, client.FailOpen, m)
-	m, err = client.ParseFailMode("closed")
-	require.NoError(t, err)
-	assert.Equal(t, client.FailClosed, m)
-	_, err = client.ParseFailMode("sometimes")
-	assert.EqualError(t, err, `fail mode "sometimes": want open or closed`)
-}
-
 func TestNewRefusesBadURLs(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:8100", "ftp://h:1", "http://", "http://%zz"} {
 		_, err := client.New(u)

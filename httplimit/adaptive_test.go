@@ -44,7 +44,7 @@ func TestAdaptiveFindsTheQuota(t *testing.T) {
 			}
 		}
 		assert.InDelta(t, 20, lim.Rate(), 2, "the limiter's rate")
-		assert.InDelta(t, lim.Rate(), rt.Adaptive().Rate(), 1e-6)
+		assert.InDelta(t, lim.Rate(), rt.Law().Rate(), 1e-6)
 		assert.Less(t, refused, 20, "429s in two minutes")
 		served := int64(0)
 		for _, n := range up.Served() {
@@ -152,10 +152,10 @@ func TestAdaptiveSignals(t *testing.T) {
 				start := vc.Now()
 				assert.Equal(t, tc.code, send1(t, ctx, rt))
 				if tc.cut {
-					assert.Equal(t, int64(1), rt.Adaptive().Cuts())
+					assert.Equal(t, int64(1), rt.Law().Cuts())
 					assert.Equal(t, 50.0, lim.Rate(), "the first cut halves")
 				} else {
-					assert.Equal(t, int64(0), rt.Adaptive().Cuts())
+					assert.Equal(t, int64(0), rt.Law().Cuts())
 					assert.Equal(t, 100.0, lim.Rate())
 				}
 				send1(t, ctx, rt)
@@ -169,11 +169,11 @@ func TestAdaptiveSignals(t *testing.T) {
 // Bounds that leave no rate are a programming error.
 func TestAdaptiveMisuse(t *testing.T) {
 	rt := httplimit.Transport(nil, acquireOnly{}, httplimit.Adaptive(1, 10))
-	assert.Nil(t, rt.Adaptive())
+	assert.Nil(t, rt.Law())
 	virtual(t, func(ctx context.Context, vc *vclock.Clock) {
 		lim := limiter(t, ctx, 10, 1)
 		defer lim.Stop()
-		assert.PanicsWithValue(t, "httplimit: ratelimiter: adaptive bounds: min 10, max 1: want 0 < min ≤ max", func() {
+		assert.PanicsWithValue(t, "httplimit: adapt: bad bounds: min 10, max 1: want 0 < min ≤ max", func() {
 			httplimit.Transport(nil, lim, httplimit.Adaptive(10, 1))
 		})
 		assert.Panics(t, func() { httplimit.Transport(nil, lim, httplimit.Adaptive(0, 0)) })
@@ -201,7 +201,7 @@ func TestAdaptiveWithPolicyKeepsBounds(t *testing.T) {
 				n++
 				require.GreaterOrEqual(t, lim.Rate(), 10.0, "after %d requests", n)
 				require.LessOrEqual(t, lim.Rate(), 100.0)
-				require.Equal(t, rt.Adaptive().Rate(), lim.Rate(), "one owner of the rate")
+				require.Equal(t, rt.Law().Rate(), lim.Rate(), "one owner of the rate")
 			}
 			assert.Equal(t, 10.0, lim.Rate(), "the ceiling, clamped to min")
 			assert.GreaterOrEqual(t, n, 5990, "requests in 10 minutes at min")

@@ -11,7 +11,7 @@
 //
 // With [Adaptive] the limiter's rate needs no figure: it follows what the
 // upstream accepts, rising while answers are clean and falling on
-// throttling answers, within bounds (the law is [ratelimiter.Adaptive]). The
+// throttling answers, within bounds (the law is [adapt.Law]). The
 // law alone sets the rate: an advertised RateLimit-Policy is its ceiling,
 // and its min holds even under a policy lower still. [AdaptToPolicy]
 // without it lowers the rate to the policy, never below the first rate
@@ -38,6 +38,15 @@
 // forgotten and counted). Clients that rotate addresses cost the keys of
 // the last minute or two, never every key ever seen.
 //
+// # Time
+//
+// As in every package here that waits, a Transport's time is its request's
+// context's: a sched.Run loop's clock (the waits park the fiber, and virtual
+// time runs an hour of a client in milliseconds), a testing/synctest
+// bubble's fake time, and real time otherwise; it takes no clock option. A
+// Middleware waits on nothing: its time is its store's (store.WithClock for
+// the memory store).
+//
 // # Client IP and proxy headers
 //
 // By default the middleware believes no header: the key is the address of
@@ -61,6 +70,6 @@
 // its network.
 //
 // [ratelimiter.Limiter]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Limiter
-// [ratelimiter.Adaptive]: https://pkg.go.dev/github.com/sluice-go/sluice/ratelimiter#Adaptive
+// [adapt.Law]: https://pkg.go.dev/github.com/sluice-go/sluice/adapt#Law
 // [client.Client.Store]: https://pkg.go.dev/github.com/sluice-go/sluice/client#Client.Store
 package httplimit

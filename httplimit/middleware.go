@@ -15,8 +15,8 @@ import (
 
 // MaxKeyLen is the longest key, in bytes, a Middleware limits by, KeyPrefix
 // included (the same bound as `sluice serve`'s /allow). A longer or an empty key is answered
-// with 400: either would otherwise be a store's error, and under FailOpen a
-// way around the limit.
+// with 400: either would otherwise be a store's error, and under
+// store.FailOpen a way around the limit.
 const MaxKeyLen = 256
 
 // DefaultStoreTimeout bounds one store call of a Middleware whose store does
@@ -34,18 +34,14 @@ const DefaultStoreTimeout = 250 * time.Millisecond
 // RateLimit); a denied one gets 429 with the same fields, Retry-After and a
 // JSON body, the answer `sluice serve` gives to /allow. A request whose key
 // cannot be found gets 400. When the store fails, the request follows the
-// fail mode (FailOpen, the default, lets it through; FailClosed answers 429
-// with Retry-After: 1), and the outage is logged once when it starts and once
-// when it ends.
+// fail mode (see FailMode), and the outage is logged once when it starts and
+// once when it ends.
 type Middleware struct {
-	store    store.Store
-	def      *limitresponse.Policy
-	byKey    map[string]*limitresponse.Policy // read-only after NewMiddleware
-	key      func(*http.Request) (string, error)
-	prefix   string
-	failOpen bool
-	gate     *decide.Gate // the store call, its timeout and the fail mode
-	log      *slog.Logger
+	def    *limitresponse.Policy
+	byKey  map[string]*limitresponse.Policy // read-only after NewMiddleware
+	key    func(*http.Request) (string, error)
+	prefix string
+	gate   *decide.Gate // the store call, its timeout, the fail mode and the outage log
 }
 
 // MiddlewareOption configures NewMiddleware.
@@ -58,7 +54,7 @@ type mwConfig struct {
 	v6bits      int
 	limits      map[string]store.Policy
 	prefix      string
-	failOpen    bool
+	fail        store.FailMode
 	timeout     time.Duration
 	log         *slog.Logger
 	err         error
@@ -125,11 +121,10 @@ func KeyPrefix(prefix string) MiddlewareOption {
 	return func(c *mwConfig) { c.prefix = prefix }
 }
 
-// FailOpen lets requests through while the store fails (the default).
-func FailOpen() MiddlewareOption { return func(c *mwConfig) { c.failOpen = true } }
-
-// FailClosed answers 429 with Retry-After: 1 while the store fails.
-func FailClosed() MiddlewareOption { return func(c *mwConfig) { c.failOpen = false } }
+// FailMode says what a request gets while the store fails:
+// store.FailOpen (the default, as is the zero FailMode) lets it through;
+// store.FailClosed answers 429 with Retry-After: 1.
+func FailMode(m store.FailMode) MiddlewareOption { return func(c *mwConfig) { c.fail = m } }
 
 // StoreTimeout bounds each call to a store that does I/O (default
 // DefaultStoreTimeout). In-process stores (store.Memory, shmstore.Store)
@@ -154,7 +149,7 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if s == nil {
 		return nil, errors.New("httplimit: store is nil")
 	}
-	c := mwConfig{failOpen: true, timeout: DefaultStoreTimeout, proxyHeader: headerXFF, v6bits: DefaultIPv6Prefix}
+	c := mwConfig{timeout: DefaultStoreTimeout, proxyHeader: headerXFF, v6bits: DefaultIPv6Prefix}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -168,11 +163,8 @@ func NewMiddleware(s store.Store, p store.Policy, opts ...MiddlewareOption) (*Mi
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{store: s, def: def, prefix: c.prefix, failOpen: c.failOpen, log: c.log, key: c.key,
-		gate: decide.New(decide.Config{Store: s, Timeout: c.timeout, FailOpen: c.failOpen})}
-	if m.log == nil {
-		m.log = slog.Default()
-	}
+	m := &Middleware{def: def, prefix: c.prefix, key: c.key,
+		gate: decide.New(decide.Config{Store: s, Timeout: c.timeout, Fail: c.fail, Log: c.log, LogPrefix: "httplimit: "})}
 	if m.key == nil {
 		k, err := newIPKeyer(c.trusted, c.proxyHeader, c.v6bits)
 		if err != nil {
@@ -248,20 +240,13 @@ func (m *Middleware) allow(w http.ResponseWriter, r *http.Request) bool {
 	case decide.Refused: // cannot happen: cost 1 never exceeds a valid burst
 		limitresponse.WriteError(w, http.StatusBadRequest, d.Err.Error())
 		return false
-	case decide.Degraded:
-		if d.Change == decide.Failing {
-			m.log.Error("httplimit: store failing; requests follow the fail mode",
-				"store", m.store.Name(), "err", d.Err, "fail_open", m.failOpen)
-		}
+	case decide.Degraded: // an outage's edges are the gate's to log
 		if d.Allowed {
 			e.SetDegradedHeaders(w.Header(), true)
 			return true
 		}
 		e.WriteDegraded(w, false)
 		return false
-	}
-	if d.Change == decide.Recovered {
-		m.log.Info("httplimit: store recovered", "store", m.store.Name())
 	}
 	if !d.Allowed {
 		e.WriteDecision(w, d.Result, false)

@@ -203,15 +203,15 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func TestStoreFailure(t *testing.T) {
-	for _, open := range []bool{true, false} {
-		name := map[bool]string{true: "open", false: "closed"}[open]
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range []store.FailMode{0, store.FailOpen, store.FailClosed} {
+		open := mode != store.FailClosed // the zero FailMode is the default, open
+		t.Run(mode.String(), func(t *testing.T) {
 			mem, _ := memory(t)
 			fs := &flaky{Store: mem}
 			var logs syncBuffer
 			opts := []httplimit.MiddlewareOption{httplimit.Logger(slog.New(slog.NewTextHandler(&logs, nil)))}
-			if !open {
-				opts = append(opts, httplimit.FailClosed())
+			if mode != 0 {
+				opts = append(opts, httplimit.FailMode(mode))
 			}
 			lim, err := httplimit.NewMiddleware(fs, store.Policy{Rate: 1, Burst: 100}, opts...)
 			require.NoError(t, err)

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/sluice-go/sluice/ratelimiter"
+	"github.com/sluice-go/sluice/adapt"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
 )
@@ -24,19 +22,6 @@ import (
 // hold).
 type Limiter interface {
 	Acquire(ctx context.Context, n int) error
-}
-
-// rateSetter and burstSetter are the optional parts of a Limiter that
-// AdaptToPolicy uses (a *ratelimiter.Limiter has both); a limiter without
-// them is left alone.
-type rateSetter interface {
-	Rate() float64
-	SetRate(rate float64) error
-}
-
-type burstSetter interface {
-	Burst() int
-	SetBurst(burst int) error
 }
 
 // MaxHold caps how long a Retry-After or RateLimit field can hold a
@@ -97,7 +82,7 @@ type RoundTripper struct {
 	lawSet         bool
 	lawMin, lawMax float64
 	lawLog         *slog.Logger
-	law            *ratelimiter.Adaptive
+	law            *adapt.Law
 
 	mu    sync.Mutex
 	until time.Time               // guarded by mu; no request leaves before it
@@ -115,62 +100,6 @@ type TransportOption func(*RoundTripper)
 func Retry(max int) TransportOption {
 	return func(t *RoundTripper) { t.retries = max }
 }
-
-// PolicyFloorFactor bounds how far AdaptToPolicy lowers a limiter's rate:
-// never below the rate the limiter had when Transport was called, divided
-// by this factor. Why a floor: the upstream may be broken or hostile, and a
-// policy of one request in 31 years (q=1;w=1000000000) taken as it says
-// would stop the client for good, with no answer ever coming to undo it. A
-// real policy lower than the floor is still enforced by the upstream: its
-// 429s and Retry-After hold the Transport as any throttle does.
-const PolicyFloorFactor = 100
-
-// AdaptToPolicy lowers the limiter's rate (and burst) to what the upstream
-// advertises in RateLimit-Policy ("name";q=Q;w=W is Q/W requests a second;
-// sluice-burst=B a burst), when the limiter has SetRate (SetBurst) and the
-// advertised figure is lower than its own. It never raises them, and never
-// lowers the rate below the limiter's rate at Transport divided by
-// PolicyFloorFactor (the burst stays at least 1).
-//
-// With Adaptive as well, the control law alone sets the rate: the
-// advertised rate is its ceiling, and min its floor (Adaptive reads the
-// policy with or without this option); AdaptToPolicy then adds only the
-// burst.
-func AdaptToPolicy() TransportOption {
-	return func(t *RoundTripper) { t.adapt = true }
-}
-
-// Adaptive makes the Transport find the upstream's rate by itself: the
-// limiter's rate (when it has SetRate, as a *ratelimiter.Limiter does; any
-// other limiter is left alone) starts where it is and then follows what the
-// upstream accepts, by the control law of ratelimiter.Adaptive. It rises
-// while answers are clean, and falls on a 429, on a 503 with Retry-After and
-// on a RateLimit field with r=0; it never leaves [min, max] and never
-// exceeds a rate advertised in RateLimit-Policy (Q/W). Holds work as without
-// it: every answer that holds the queue still does. Other answers (a 500, a
-// network error) say nothing about the rate and change nothing.
-//
-// The rate is logged (slog.Default, level Info, unless AdaptiveLog says
-// otherwise) each time it moves by more than a factor of 2 from the rate
-// last logged; RoundTripper.Adaptive gives the law itself, for its Rate.
-// Transport panics on bounds that are not 0 < min ≤ max.
-func Adaptive(min, max float64) TransportOption {
-	return func(t *RoundTripper) { t.lawSet, t.lawMin, t.lawMax = true, min, max }
-}
-
-// AdaptiveLog sends Adaptive's log lines to l (nil: none at all).
-func AdaptiveLog(l *slog.Logger) TransportOption {
-	return func(t *RoundTripper) {
-		if l == nil {
-			l = slog.New(slog.DiscardHandler)
-		}
-		t.lawLog = l
-	}
-}
-
-// Adaptive returns the control law Adaptive set up, or nil (no Adaptive
-// option, or a limiter without SetRate).
-func (t *RoundTripper) Adaptive() *ratelimiter.Adaptive { return t.law }
 
 // Transport returns a RoundTripper that sends requests through base
 // (http.DefaultTransport when nil), each after one unit of lim.
@@ -191,7 +120,7 @@ func Transport(base http.RoundTripper, lim Limiter, opts ...TransportOption) *Ro
 		t.floor = rs.Rate() / PolicyFloorFactor
 	}
 	if rs, ok := lim.(rateSetter); ok && t.lawSet {
-		law, err := ratelimiter.NewAdaptive(rs, t.lawMin, t.lawMax, ratelimiter.LogChanges(t.lawLog, 2))
+		law, err := adapt.New(rs, t.lawMin, t.lawMax, adapt.LogChanges(t.lawLog, 2))
 		if err != nil {
 			panic("httplimit: " + err.Error())
 		}
@@ -364,110 +293,6 @@ func (t *RoundTripper) learn(ctx context.Context, resp *http.Response, sent time
 		abort(errHoldBegan) // the head waits out the hold before its token
 	}
 	return true
-}
-
-// retryAfter parses Retry-After: delay-seconds, or an HTTP-date taken
-// relative to the response's own Date when it has one (so clock skew between
-// us and the server does not matter). Every "later" it returns is at most
-// MaxHold, however far off the figure or the date (time.Time.Sub saturates;
-// a four-digit year cannot overflow it); a date already past is no wait.
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	// Digits however many: a figure too large for any integer type is a
-	// long wait (MaxHold), not a value to ignore, which would mean none.
-	if n, ok := parseDigits(v); ok {
-		return time.Duration(min(n, int64(MaxHold/time.Second))) * time.Second, true
-	}
-	at, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	ref := now
-	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		ref = date
-	}
-	return min(max(0, at.Sub(ref)), MaxHold), true
-}
-
-// rateLimitWait reads the RateLimit field: the longest t among the service
-// limits with nothing remaining (r=0). Malformed fields are ignored, as the
-// draft requires.
-func rateLimitWait(h http.Header) (time.Duration, bool) {
-	var wait int64 = -1
-	for _, it := range parseSFList(h.Values("Ratelimit")) {
-		r, rok := it.params["r"]
-		tt, tok := it.params["t"]
-		if rok && tok && r == 0 {
-			wait = max(wait, tt)
-		}
-	}
-	if wait < 0 {
-		return 0, false
-	}
-	return time.Duration(min(wait, int64(MaxHold/time.Second))) * time.Second, true
-}
-
-// feed tells the control law what resp says: a throttle (a 429; a 503 that
-// says when to come back; any answer whose RateLimit field has r=0), or a
-// clean answer (below 500), under any ceiling RateLimit-Policy advertises.
-// wait and waitOK are the hold resp asks for, as learn read it.
-func (t *RoundTripper) feed(resp *http.Response, sent, now time.Time, wait time.Duration, waitOK bool) {
-	if rate, _, ok := policyOf(resp.Header); ok && !math.IsInf(rate, 1) {
-		t.law.SetCeiling(rate)
-	}
-	code := resp.StatusCode
-	_, exhausted := rateLimitWait(resp.Header)
-	switch {
-	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable && waitOK, exhausted:
-		if !waitOK {
-			wait = 0
-		}
-		t.law.Throttled(sent, now, wait)
-	case code < 500:
-		t.law.OK(sent, now)
-	}
-}
-
-// policyOf reads RateLimit-Policy: the lowest rate (Q/W) and burst
-// (sluice-burst) among its policies, +Inf and MaxInt64 where none says.
-func policyOf(h http.Header) (rate float64, burst int64, ok bool) {
-	items := parseSFList(h.Values("Ratelimit-Policy"))
-	if len(items) == 0 {
-		return 0, 0, false
-	}
-	rate, burst = math.Inf(1), int64(math.MaxInt64)
-	for _, it := range items {
-		q, qok := it.params["q"]
-		w, wok := it.params["w"]
-		if qok && wok && q > 0 && w > 0 {
-			rate = min(rate, float64(q)/float64(w))
-		}
-		if b, ok := it.params["sluice-burst"]; ok && b > 0 {
-			burst = min(burst, b)
-		}
-	}
-	return rate, burst, true
-}
-
-func (t *RoundTripper) adaptTo(h http.Header) {
-	rate, burst, ok := policyOf(h)
-	if !ok {
-		return
-	}
-	// Why not with Adaptive: one owner of the rate. A write here would go
-	// around the law, which bounds the rate to [min, max] and would not see
-	// it (feed hands the policy to the law as a ceiling instead).
-	if rs, ok := t.lim.(rateSetter); ok && t.law == nil && !math.IsInf(rate, 1) {
-		if rate = max(rate, t.floor); rate < rs.Rate() {
-			_ = rs.SetRate(rate) // a rate the limiter refuses leaves it as it was
-		}
-	}
-	if bs, ok := t.lim.(burstSetter); ok && burst < int64(bs.Burst()) {
-		_ = bs.SetBurst(int(burst))
-	}
 }
 
 func idempotent(method string) bool {

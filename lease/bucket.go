@@ -52,7 +52,7 @@ func (b *Bucket) known() bool {
 
 // share returns the share in force at now.
 func (b *Bucket) share(now time.Time) (int64, int64) {
-	if b.releasing || (b.c.fail == FailClosed && !now.Before(b.until)) {
+	if b.releasing || (b.c.failClosed() && !now.Before(b.until)) {
 		return 0, 0
 	}
 	return b.rate, b.burst
@@ -66,7 +66,7 @@ func (b *Bucket) refill(now time.Time) {
 	}
 	from := b.last
 	b.last = now
-	if b.c.fail == FailClosed && now.After(b.until) {
+	if b.c.failClosed() && now.After(b.until) {
 		// the share ends at until: refill to it, then nothing
 		if from.Before(b.until) {
 			b.add(b.rate, b.burst, b.until.Sub(from))
@@ -144,7 +144,7 @@ func (b *Bucket) RetryAfterN(n int64) time.Duration {
 		return next
 	}
 	d := time.Duration((need - b.pico + uint64(rate) - 1) / uint64(rate)) // ns, rounded up
-	if b.c.fail == FailClosed && now.Add(d).After(b.until) {
+	if b.c.failClosed() && now.Add(d).After(b.until) {
 		return next
 	}
 	return min(d, next)
@@ -243,7 +243,7 @@ func (b *Bucket) report(now time.Time) KeyRequest {
 	}
 	rate, burst := b.share(now)
 	if !now.Before(b.until) {
-		// Expired: whatever FailOpen still grants, no lease is in force.
+		// Expired: whatever store.FailOpen still grants, no lease is in force.
 		rate, burst = 0, 0
 	}
 	if b.want >= 0 {

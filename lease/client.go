@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/sched"
 	"github.com/sluice-go/sluice/semaphore"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Transport carries one Request to the server and returns its Response.
@@ -32,24 +33,6 @@ type TransportFunc func(ctx context.Context, req *Request) (*Response, error)
 // Renew calls f.
 func (f TransportFunc) Renew(ctx context.Context, req *Request) (*Response, error) {
 	return f(ctx, req)
-}
-
-// FailMode is what a key decides once its lease has expired unrenewed.
-type FailMode int
-
-const (
-	// FailClosed grants nothing past the expiry, until a renewal succeeds.
-	FailClosed FailMode = iota
-	// FailOpen keeps granting at the last share past the expiry: the
-	// replica stays available, and the global bound no longer holds for it.
-	FailOpen
-)
-
-func (m FailMode) String() string {
-	if m == FailOpen {
-		return "open"
-	}
-	return "closed"
 }
 
 // Defaults of Options.
@@ -71,8 +54,11 @@ type Options struct {
 	// NTP's 500 ppm): each lease is shortened by Drift times its length, so
 	// that it ends here before the server re-grants it. Negative means 0.
 	Drift float64
-	// Fail is what a key does past its expiry without a renewal.
-	Fail FailMode
+	// Fail is what a key does past its expiry without a renewal:
+	// store.FailClosed (the default, also for the zero FailMode) grants
+	// nothing until a renewal succeeds; store.FailOpen keeps granting at
+	// the last share, and the global bound no longer holds for it.
+	Fail store.FailMode
 	// Clock is the time source outside a sched loop (default real time);
 	// inside one the loop's clock is used.
 	Clock clock.Clock
@@ -88,7 +74,7 @@ type Client struct {
 	mono0   int64     // monotime.Now() just before base was read
 	holder  string
 	drift   float64
-	fail    FailMode
+	fail    store.FailMode
 	one     *semaphore.Semaphore // one renewal at a time, parking fibers
 	refresh atomic.Int64         // nanoseconds
 	nextAt  atomic.Int64         // UnixNano of the next renewal due (0: none yet)
@@ -165,6 +151,10 @@ type Stats struct {
 
 // Stats returns the client's counts.
 func (c *Client) Stats() Stats { return Stats{c.renewals.Load(), c.failures.Load()} }
+
+// failClosed reports whether a key grants nothing past its expiry: under
+// store.FailClosed and under the zero FailMode, lease's default.
+func (c *Client) failClosed() bool { return c.fail != store.FailOpen }
 
 // Bucket returns the bucket of (policy, key), asking the server for a lease
 // (one renewal of every key, now) the first time. It fails if the server

@@ -38,17 +38,19 @@
 // # Faults
 //
 // A renewal that fails leaves every share in force until its expiry; past
-// it, a key follows Options.Fail: FailClosed (the default) grants nothing
-// until a renewal succeeds; FailOpen keeps deciding at its last share, which
-// gives up the bound for availability.
+// it, a key follows Options.Fail: store.FailClosed (the default) grants
+// nothing until a renewal succeeds; store.FailOpen keeps deciding at its
+// last share, which gives up the bound for availability.
 //
 // # Time
 //
 // The context given to NewClient chooses the time domain, as for
 // ratelimiter.New: inside a sched.Run loop the client and its buckets use
 // the loop's clock (virtual or real) and Run parks its fiber; outside any
-// loop they use Options.Clock (default real time). Give the limiter built
-// over a Bucket the same context, so that both read one clock.
+// loop they use Options.Clock (default real time, which inside a
+// testing/synctest bubble is the bubble's fake time; a *clock.Mock for tests
+// that move time by hand). Give the limiter built over a Bucket the same
+// context, so that both read one clock.
 //
 // The package pulls in no transport: a Transport is any function that
 // carries a Request to a server and its Response back (HTTP with JSON, gRPC,

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/ratelimiter"
 	"github.com/sluice-go/sluice/sched"
+	"github.com/sluice-go/sluice/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -138,9 +139,10 @@ func TestNewReplicaFairShareAndCap(t *testing.T) {
 }
 
 // Server unreachable: the share holds until the local expiry, then closed
-// grants nothing and open keeps the last share.
+// (and the zero FailMode, lease's default) grants nothing and open keeps
+// the last share.
 func TestFailModes(t *testing.T) {
-	for _, mode := range []lease.FailMode{lease.FailClosed, lease.FailOpen} {
+	for _, mode := range []store.FailMode{0, store.FailClosed, store.FailOpen} {
 		t.Run(mode.String(), func(t *testing.T) {
 			s := newServer(t, 10, 10)
 			run(t, func(ctx context.Context) error {
@@ -155,7 +157,7 @@ func TestFailModes(t *testing.T) {
 				assert.True(t, b.AllowN(10), "the lease holds while the server is away")
 				require.NoError(t, sched.Sleep(ctx, 2*sec)) // past 19.8 s
 				r, _, _ := b.Share()
-				if mode == lease.FailClosed {
+				if mode != store.FailOpen {
 					assert.False(t, b.AllowN(1))
 					assert.Zero(t, r)
 				} else {

@@ -1,3 +1,21 @@
+// When the lock-free path decides, and what a rate without it costs (why
+// it is exact: below, at "The fast path").
+//
+// A take that finds its tokens there with nobody waiting (TryAcquire, and
+// Acquire with ctx not done) is decided by one clock read and one
+// compare-and-swap on a single word, without the lock, when the token
+// interval 1/rate is a whole number of nanoseconds (1/s, 5/s, 10/s, 100/s,
+// 1000/s, 1e9/s, 0.5/s) or of 1/k ns for k up to 64 (3/s, 30/s, 60/s,
+// 7/s). For those the word covers the limiter's first fastLimit/k ns: 1.1
+// years at worst (k = 64), 73 years at k = 1; past that the lock takes
+// over. A rate that is neither (7.3/s: 1/73 ns) takes the queue's lock for
+// every call, exactly as precise, and slower: BenchmarkTryAcquire in bench/
+// measures impl=sluice-locked (a rate of 7.3e8/s) against impl=sluice, 1.68
+// times the cost on one goroutine in docs/benchmarks.md's peer table (60.0
+// against 35.8 ns). Either way the answers are the same to the nanosecond,
+// and a take never passes a parked Acquire: while anyone waits, or once
+// stopped, every call goes through the lock.
+
 package ratelimiter
 
 import (

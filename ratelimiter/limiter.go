@@ -1,7 +1,5 @@
 // Package ratelimiter is a blocking token bucket: an app-wide speed limit for
-// anything that talks to a rate-limited service. Acquire parks the caller
-// until its tokens are free, in strict FIFO order, and honours context
-// timeouts and cancellation; its bound holds through them (see Limiter).
+// anything that talks to a rate-limited service.
 //
 //	limiter, err := ratelimiter.New(ctx, 5, 10) // 5 per second, bursts of 10
 //	if err != nil { ... }
@@ -14,45 +12,24 @@
 //		...
 //	}
 //
-// TryAcquire takes tokens only if they are there now; SetRate and SetBurst
-// re-time the waiters at once; Shared takes the tokens from a bucket that
-// other processes share (a sharedbucket.Bucket).
+// The contract: Acquire waits in strict FIFO order and is what blocks. A ctx
+// that is done before Acquire returns always wins: Acquire returns ctx.Err()
+// holding nothing, and the tokens it had collected go on to the next waiter
+// or back to the bucket, as far as a bucket of Burst holds them; a wait that
+// cannot end before ctx's deadline fails at once. Over any window [s, e] the
+// tokens granted to callers of n ≤ Burst are at most Burst + Rate·(e−s),
+// through cancels, SetRate, SetBurst and Stop. TryAcquire takes tokens only
+// if they are there now and never passes a parked Acquire. Stop releases
+// every waiter with ErrStopped. Shared takes the tokens from a bucket other
+// processes share (a sharedbucket.Bucket). A Limiter is built on the same
+// FIFO parking core as semaphore.Semaphore and ticker.Ticker, and arms its
+// refill timer only while someone waits.
 //
-// The context carries the time domain; the clocks that drive a limiter:
-//   - a sched.Run loop's: Acquire parks the calling fiber and the limiter
-//     runs on the loop's clock, so under a virtual clock (sched.Virtual) an
-//     hour of limiter behaviour runs in a fraction of a second of real time,
-//     with exact, repeatable timestamps;
-//   - real time, outside any loop: Acquire blocks the calling goroutine;
-//   - a *clock.Mock given with WithClock, for tests that move time by hand;
-//   - a testing/synctest bubble's fake time, with no option at all: a limiter
-//     made in a bubble refills on the bubble's clock, exactly (see
-//     Example_synctest), in any number of bubbles per test binary.
-//
-// Acquire is what blocks. A ctx that is done before Acquire returns always
-// wins: Acquire returns ctx.Err() holding nothing, and the tokens it had
-// collected go back to the bucket, as far as a bucket of Burst holds them,
-// and on to the next waiter. A wait that cannot end before ctx's deadline
-// fails at once.
-//
-// A take that finds its tokens there with nobody waiting (TryAcquire, and
-// Acquire with ctx not done) is decided by one clock read and one
-// compare-and-swap on a single word, without the lock, when the token
-// interval 1/rate is a whole number of nanoseconds (1/s, 5/s, 10/s, 100/s,
-// 1000/s, 1e9/s, 0.5/s) or of 1/k ns for k up to 64 (3/s, 30/s, 60/s, 7/s;
-// for those the word covers the limiter's first 1.1 years at worst, then
-// the lock takes over). A rate that is neither (7.3/s: 1/73 ns) takes the
-// queue's lock for every call, exactly as precise, about twice the cost.
-// Either way the answers are the same to the nanosecond, and a take never
-// passes a parked Acquire: while anyone waits, or once stopped, every call
-// goes through the lock.
-//
-// Inside, a Limiter is the FIFO core that semaphore.Semaphore and
-// ticker.Ticker are built on too (queue, hand-off, cancellation,
-// hand-back), whose units are tokens credited lazily from the clock, and its
-// refill timer is armed only while someone waits. With the Shared option
-// the tokens come instead from a SharedBucket, so one limit holds across
-// every process that shares it.
+// Time comes from the ctx given to New, as in every package here that
+// waits: a sched.Run loop's clock (virtual or real; Acquire parks the
+// fiber), a testing/synctest bubble's fake time with no option at all, and
+// real time otherwise, or the clock.Clock given with WithClock (a
+// *clock.Mock for tests that move time by hand).
 package ratelimiter
 
 import (
@@ -304,9 +281,11 @@ func (l *Limiter) Acquire(ctx context.Context, n int) error {
 // TryAcquire takes n tokens if they are in the bucket now and nobody is
 // waiting (no barging past parked Acquire calls), and reports whether it
 // did. It never blocks; it returns false for n < 1 and once stopped. While
-// nobody waits, at a rate with the lock-free path (see the package doc),
-// its cost is one clock read (on real time, of the monotonic clock alone)
-// and one compare-and-swap; otherwise one uncontended lock besides.
+// nobody waits, at a rate whose token interval is a whole number of
+// nanoseconds or of 1/k ns for k up to 64 (1/s, 3/s, 10/s, 60/s, 1000/s,
+// 0.5/s; not 7.3/s), its cost is one clock read (on real time, of the
+// monotonic clock alone) and one compare-and-swap; otherwise one uncontended
+// lock besides. The answers are the same either way, to the nanosecond.
 func (l *Limiter) TryAcquire(n int) bool {
 	if n < 1 {
 		return false

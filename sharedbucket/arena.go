@@ -44,7 +44,7 @@ func (a *Arena) Dir() string { return a.dir }
 // another policy or slot count is refused with ErrPolicyMismatch rather
 // than silently counting against somebody else's numbers. Within one Arena,
 // asking again for an open name returns the same *Table (with the per-handle
-// options, FailClosed and WithCoarseClock, of the call that opened it).
+// options, WithFailMode and WithCoarseClock, of the call that opened it).
 //
 // A name is 1 to 128 bytes of ASCII letters, digits, '-', '_' and '.', not
 // starting with '.'.

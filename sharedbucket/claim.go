@@ -97,7 +97,7 @@ func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 		case pick == nil:
 			// Every slot is locked: nothing to claim. That is a burst of
 			// claims that ends in a few CASes, or claimers that stopped;
-			// after maxClaimRounds the call gives up (FailClosed says how
+			// after maxClaimRounds the call gives up (WithFailMode says how
 			// it answers) rather than hold its caller until LockTimeout.
 			tries++
 			w.spin()

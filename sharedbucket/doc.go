@@ -21,6 +21,12 @@
 // shared memory. There is no lock, no syscall and no write that every
 // process shares: a denial writes nothing at all.
 //
+// Time: a table decides without waiting, on readings of the host's
+// monotonic clock in nanoseconds ([Now]: one int64, the same in every
+// process). X and XN read it; XAt takes the reading, for tests that drive
+// time by hand. There is no context clock and no clock.Clock option: a
+// reading must mean the same instant in every process sharing the file.
+//
 // # Calls
 //
 // [Table] and [Bucket] (one key's handle) share one naming grid, as
@@ -59,7 +65,8 @@
 //   - an eviction (Stats.Evicted): more keys live at once than a probe
 //     window holds; the evicted key starts over with a full bucket;
 //   - a call given up under contention (Stats.Contended), allowed unless
-//     the handle was opened with [FailClosed] (that one call);
+//     the handle was opened with [WithFailMode] of store.FailClosed (that
+//     one call);
 //   - a lock taken over (Stats.Recovered): a process killed or stopped while
 //     it moves a slot to a new key leaves the slot locked; once the lock is
 //     [LockTimeout] old, or its process is gone, or a claim has waited on it
@@ -92,7 +99,7 @@
 // or descheduled mid-claim, until that process is gone, its lock is
 // LockTimeout old, or the call has waited LockTimeout (then it takes the
 // lock over, see above). A window whose every slot is locked is not waited
-// on: its call gives up after a few rounds of yielding, per FailClosed
+// on: its call gives up after a few rounds of yielding, per WithFailMode
 // (Stats.Contended), as does one that has waited 2·LockTimeout because new
 // claims kept locking slots of its window.
 //

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/store"
 )
 
 // t0 is an arbitrary start for explicit-time tests: a CLOCK_MONOTONIC-like
@@ -421,11 +423,11 @@ func TestNoFailOpenUnderContention(t *testing.T) {
 }
 
 // TestFailClosed: the answer given up under contention (the exit of both
-// the CAS loop and the claim loop) is "no" with FailClosed and "yes"
+// the CAS loop and the claim loop) is "no" with WithFailMode(store.FailClosed) and "yes"
 // without; both are counted.
 func TestFailClosed(t *testing.T) {
 	open := openTemp(t, fileP)
-	closed := openTemp(t, fileP, FailClosed())
+	closed := openTemp(t, fileP, WithFailMode(store.FailClosed))
 	assert.True(t, open.contended())
 	assert.False(t, closed.contended())
 	assert.EqualValues(t, 1, open.Stats().Contended)

@@ -20,7 +20,7 @@ import (
 // Why 100 ms: a live holder keeps its lock for well under a microsecond
 // unless it is descheduled, so a lock this old almost always belongs to a
 // dead or stopped process; and until then claims in its window wait, and a
-// probe window whose every slot is locked answers new keys per FailClosed
+// probe window whose every slot is locked answers new keys per WithFailMode
 // (open by default), so the bound should be short. Taking a lock over from
 // a holder that is merely slow is safe (see Table.unlock), so erring short
 // costs nothing but a count.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/sluice-go/sluice/store"
 )
 
 // DefaultSlots is the slot count of a table opened without WithSlots:
@@ -48,14 +50,15 @@ func WithSlots(n int) Option {
 	}
 }
 
-// FailClosed makes this handle deny a request when it cannot land its
-// compare-and-swap within the retry bound (extreme contention on one key),
-// instead of the default of allowing it. Either way the event is counted in
+// WithFailMode says what this handle answers a request when it cannot land
+// its compare-and-swap within the retry bound (extreme contention on one
+// key): store.FailOpen (the default, as is the zero FailMode) allows it,
+// store.FailClosed denies it. Either way the event is counted in
 // Stats.Contended. Use it for limits where a false "yes" is worse than a
 // false "no" (logins, password resets). It is per handle, not stored in the
 // file.
-func FailClosed() Option {
-	return func(c *config) { c.failClosed = true }
+func WithFailMode(m store.FailMode) Option {
+	return func(c *config) { c.failClosed = m == store.FailClosed }
 }
 
 // WithMode sets the permission bits of a file this handle creates (default

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sluice-go/sluice/store"
 )
 
 // lockedSlots returns the locked key words of tb by slot, by a raw walk.
@@ -105,7 +107,7 @@ func TestKillLoopLeavesNoLock(t *testing.T) {
 // FailClosed) until the locks are LockTimeout old, then takes them over
 // and counts them.
 func TestLockTimeout(t *testing.T) {
-	tb := openTemp(t, slotPolicy, WithSlots(64), FailClosed())
+	tb := openTemp(t, slotPolicy, WithSlots(64), WithFailMode(store.FailClosed))
 	// Judged by the locks' own time only (a claim that waited on a lock
 	// for LockTimeout of real time would take it over too, see
 	// TestDeadHolderTakenOver).
@@ -270,7 +272,7 @@ func TestGarbageSlots(t *testing.T) {
 			patch(t, path, headerSize, bytes.Repeat([]byte{0xff}, slots*slotSize))
 			opts := []Option{WithSlots(slots)}
 			if fc {
-				opts = append(opts, FailClosed())
+				opts = append(opts, WithFailMode(store.FailClosed))
 			}
 			tb, err = Open(path, p, opts...)
 			require.NoError(t, err)

@@ -15,7 +15,7 @@ const MaxKeyLen = 256
 // maxCASTries bounds one spend's compare-and-swap loop. Two contenders on
 // two cores lose a CAS rarely and never 1024 times in a row unless something
 // else writes the slot's cache line on every iteration; past the bound the
-// call fails open (or closed, see FailClosed) and counts Contended.
+// call fails open (or closed, see WithFailMode) and counts Contended.
 const maxCASTries = 1024
 
 // maxClaimRounds bounds the slot-claim loop the same way.

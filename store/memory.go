@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/internal/gcra"
-	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/keyhash"
 	"github.com/sluice-go/sluice/internal/monotime"
+	"github.com/sluice-go/sluice/internal/selfbound"
 )
 
 const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at a time
@@ -52,6 +52,7 @@ const memoryShards = 256 // a power of two; inserts and sweeps lock one shard at
 // Safe for concurrent use; the zero value is not usable (use NewMemory).
 // Limits held here are per process; use the shm or Redis store to share them.
 type Memory struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 	inProcess                       // zero-size: Allow never waits, so callers skip per-call timeouts
 	intervals  intervalCache        // first: at the start of the allocation, its entries start cache lines
 	hk         keyhash.Hasher       // keyed with per-process random words, so nobody can choose keys that collide
@@ -182,8 +183,10 @@ func (c *intervalCache) of(rate float64) int64 {
 	return t
 }
 
-// inProcess marks Memory for internal/inprocess.Is.
-type inProcess = inprocess.Marker
+// inProcess marks Memory for internal/selfbound.Of.
+//
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
+type inProcess = selfbound.InProcess
 
 // MemoryOption configures NewMemory.
 type MemoryOption func(*Memory)

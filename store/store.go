@@ -27,6 +27,14 @@
 // sharedbucket alike. Why up: the admitted rate is then never above the
 // configured one (it is below it by less than a nanosecond per token), and
 // every store gives the same answer at the same times.
+//
+// Time: a store decides without waiting, so it takes no clock from a
+// context; as in package sharedbucket, "now" is a reading of a monotonic
+// clock in nanoseconds. The memory store reads the host's (a
+// testing/synctest bubble's inside one) or the function given with
+// WithClock, for tests that move time by hand; the Redis store reads the
+// Redis server's. Package sharedbucket takes the same reading per call (its
+// …At calls) instead, since Store.Allow has no time to pass.
 package store
 
 import (

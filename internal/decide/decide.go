@@ -1,18 +1,19 @@
 // Package decide is the step between a rate-limit request and its store that
 // httplimit.Middleware and `sluice serve` share: ask the store, bounded by a
 // timeout when it does I/O; tell a caller that left from a store that failed;
-// answer a failed store by the fail mode; and notice when an outage starts
-// and ends. What each caller counts, logs and writes stays with the caller.
+// answer a failed store by the fail mode; and notice, log and report when an
+// outage starts and ends (once each, however many callers see it). What
+// each caller counts and writes for each Outcome stays with the caller.
 package decide
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/inprocess"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
@@ -25,6 +26,7 @@ const (
 	// Decided: the store answered; Decision.Result holds its figures.
 	Decided Outcome = iota
 	// Degraded: the store failed; Decision.Allowed follows the fail mode.
+	// The gate has logged and reported the outage if this call began it.
 	Degraded
 	// Gone: the caller's context ended during the call; nobody is left to
 	// answer, and the store is not to blame.
@@ -35,8 +37,8 @@ const (
 	Refused
 )
 
-// Change reports whether one Gate.Allow started or ended an outage, so that
-// a caller logs each outage once when it starts and once when it ends.
+// Change reports whether one Gate.Allow started or ended an outage (the
+// gate logs it and calls Config.OnOutage then).
 type Change uint8
 
 const (
@@ -53,22 +55,32 @@ type Decision struct {
 	Outcome Outcome
 	Change  Change
 	// Allowed is the answer to give: Result.Allowed when Decided, the fail
-	// mode (Config.FailOpen) when Degraded, false otherwise.
+	// mode (Config.Fail) when Degraded, false otherwise.
 	Allowed bool
 }
 
 // Config configures New.
 type Config struct {
 	Store store.Store
-	// Timeout bounds each store call; zero or negative means no bound. An
-	// in-process store (the memory and shm stores: inprocess.Is) is never bounded: it does not wait, and a
-	// context.WithTimeout would cost a timer per request for nothing. Nor
-	// is a store that bounds each call itself within Timeout
-	// (selfbound.Of, such as the Redis store): its bound is tighter, and
-	// cheaper than a context per call.
-	Timeout  time.Duration
-	FailOpen bool // a failed store's requests are allowed
-	Timed    bool // measure Decision.Latency (two monotonic clock reads)
+	// Timeout bounds each store call; zero or negative means no bound. A
+	// store that promises a bound within Timeout (selfbound.Of: an
+	// in-process store, the memory and shm stores, which never waits; the
+	// Redis store, which bounds each call itself) gets none from the gate:
+	// its own is tighter, and a context.WithTimeout would cost a timer per
+	// request for nothing.
+	Timeout time.Duration
+	// Fail answers a failed store's requests: store.FailClosed denies them,
+	// store.FailOpen and the zero FailMode allow them.
+	Fail  store.FailMode
+	Timed bool // measure Decision.Latency (two monotonic clock reads)
+	// Log gets one line when an outage starts (level Error, with the
+	// store's error and the fail mode) and one when it ends (level Info),
+	// each message prefixed by LogPrefix; nil is slog.Default().
+	Log       *slog.Logger
+	LogPrefix string
+	// OnOutage, when not nil, is called at the same edges: with the
+	// store's error when an outage starts, with nil when it ends.
+	OnOutage func(err error)
 }
 
 // Gate asks one store for decisions and follows a fail mode when it fails.
@@ -79,15 +91,25 @@ type Gate struct {
 	failOpen bool
 	timed    bool
 	down     atomic.Bool // the last call failed: for Change only
+	log      *slog.Logger
+	prefix   string
+	onOutage func(error)
 }
 
 // New returns a Gate over c.Store.
 func New(c Config) *Gate {
-	g := &Gate{store: c.Store, timeout: max(c.Timeout, 0), failOpen: c.FailOpen, timed: c.Timed}
-	if inprocess.Is(c.Store) {
-		g.timeout = 0
+	g := &Gate{store: c.Store, timeout: max(c.Timeout, 0), failOpen: c.Fail != store.FailClosed, timed: c.Timed,
+		log: c.Log, prefix: c.LogPrefix, onOutage: c.OnOutage}
+	if g.log == nil {
+		g.log = slog.Default()
 	}
-	if b := selfbound.Of(c.Store); b > 0 && b <= g.timeout {
+	// A breaker adds no wait of its own (an open one answers at once, its
+	// probes run in the background): the bound is the wrapped store's.
+	var s any = c.Store
+	if b, ok := s.(*store.Breaker); ok {
+		s = b.Unwrap()
+	}
+	if b, ok := selfbound.Of(s); ok && b <= g.timeout {
 		g.timeout = 0
 	}
 	return g
@@ -118,7 +140,7 @@ func (g *Gate) Allow(ctx context.Context, key string, cost int64, p store.Policy
 	// written only at the edges of an outage; a CAS on every request would
 	// take the cache line exclusive on every core.
 	if g.down.Load() && g.down.CompareAndSwap(true, false) {
-		d.Change = Recovered
+		g.recovered(d)
 	}
 }
 
@@ -148,7 +170,7 @@ func (g *Gate) allowSlow(ctx context.Context, key string, cost int64, p store.Po
 	}
 	*d = Decision{Result: res, Latency: lat, Allowed: res.Allowed}
 	if g.down.Load() && g.down.CompareAndSwap(true, false) {
-		d.Change = Recovered
+		g.recovered(d)
 	}
 }
 
@@ -163,8 +185,32 @@ func (g *Gate) failed(ctx context.Context, err error, lat time.Duration, d *Deci
 	default:
 		d.Outcome, d.Allowed = Degraded, g.failOpen
 		if g.down.CompareAndSwap(false, true) {
-			d.Change = Failing
+			g.failing(d)
 		}
+	}
+}
+
+// failing marks d as the start of an outage, logs it and reports it: the
+// one place both the middleware and the service say so.
+func (g *Gate) failing(d *Decision) {
+	d.Change = Failing
+	mode := store.FailClosed
+	if g.failOpen {
+		mode = store.FailOpen
+	}
+	g.log.Error(g.prefix+"store failing; answering per the fail mode", "store", g.store.Name(), "err", d.Err,
+		"fail", mode.String())
+	if g.onOutage != nil {
+		g.onOutage(d.Err)
+	}
+}
+
+// recovered marks d as the end of an outage, logs it and reports it.
+func (g *Gate) recovered(d *Decision) {
+	d.Change = Recovered
+	g.log.Info(g.prefix+"store recovered", "store", g.store.Name())
+	if g.onOutage != nil {
+		g.onOutage(nil)
 	}
 }
 
@@ -203,6 +249,6 @@ func (g *Gate) DecideAll(ctx context.Context, reqs []store.Request, spend bool, 
 	}
 	*d = Decision{Latency: lat, Allowed: spent}
 	if g.down.Load() && g.down.CompareAndSwap(true, false) {
-		d.Change = Recovered
+		g.recovered(d)
 	}
 }

@@ -1,8 +1,11 @@
 package decide_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,10 +47,17 @@ func allow(g *decide.Gate, ctx context.Context, cost int64) decide.Decision {
 	return d
 }
 
+// Each outage is logged and reported once when it starts and once when it
+// ends, whatever the fail mode (the zero FailMode is open), with the
+// caller's prefix and the store's error.
 func TestOutageChangesOncePerEdge(t *testing.T) {
-	for _, failOpen := range []bool{true, false} {
+	for _, mode := range []store.FailMode{0, store.FailOpen, store.FailClosed} {
 		f := &fakeStore{}
-		g := decide.New(decide.Config{Store: f, Timeout: time.Second, FailOpen: failOpen})
+		var buf bytes.Buffer
+		var edges []error
+		g := decide.New(decide.Config{Store: f, Timeout: time.Second, Fail: mode,
+			Log: slog.New(slog.NewTextHandler(&buf, nil)), LogPrefix: "test: ",
+			OnOutage: func(err error) { edges = append(edges, err) }})
 		d := allow(g, t.Context(), 1)
 		assert.Equal(t, decide.Decision{Result: store.Result{Allowed: true, Remaining: 1}, Allowed: true}, d)
 		assert.True(t, f.hadDeadline, "a store that does I/O is bounded")
@@ -57,18 +67,29 @@ func TestOutageChangesOncePerEdge(t *testing.T) {
 			d = allow(g, t.Context(), 1)
 			assert.Equal(t, decide.Degraded, d.Outcome, i)
 			assert.Equal(t, want, d.Change, i)
-			assert.Equal(t, failOpen, d.Allowed, "the fail mode answers")
+			assert.Equal(t, mode != store.FailClosed, d.Allowed, "the fail mode answers")
 			assert.Equal(t, f.err, d.Err)
 		}
+		down := f.err
 		f.err = nil
 		assert.Equal(t, decide.Recovered, allow(g, t.Context(), 1).Change)
 		assert.Equal(t, decide.Steady, allow(g, t.Context(), 1).Change)
+
+		assert.Equal(t, []error{down, nil}, edges, "OnOutage at each edge, once")
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		require.Len(t, lines, 2, buf.String())
+		wantFail := "open"
+		if mode == store.FailClosed {
+			wantFail = "closed"
+		}
+		assert.Contains(t, lines[0], `level=ERROR msg="test: store failing; answering per the fail mode" store=fake err=down fail=`+wantFail)
+		assert.Contains(t, lines[1], `level=INFO msg="test: store recovered" store=fake`)
 	}
 }
 
 func TestGoneAndRefusedLeaveTheOutageState(t *testing.T) {
 	f := &fakeStore{err: context.Canceled}
-	g := decide.New(decide.Config{Store: f, FailOpen: true})
+	g := decide.New(decide.Config{Store: f, Fail: store.FailOpen, Log: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	d := allow(g, ctx, 1)
@@ -98,6 +119,30 @@ func TestInProcessStoreIsNotBounded(t *testing.T) {
 }
 
 type selfBound = selfbound.Marker
+
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
+type inProcess = selfbound.InProcess
+
+// inProcessStore is a fakeStore marked in-process.
+type inProcessStore struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
+	inProcess
+	*fakeStore
+}
+
+// An in-process store gets no context deadline from the gate, whatever the
+// timeout, alone or behind a breaker.
+func TestInProcessStoreGetsNoDeadline(t *testing.T) {
+	f := &inProcessStore{fakeStore: &fakeStore{}}
+	br := store.NewBreaker(f, store.BreakerOptions{})
+	t.Cleanup(func() { _ = br.Close() })
+	for _, s := range []store.Store{f, br} {
+		g := decide.New(decide.Config{Store: s, Timeout: time.Second, Timed: true})
+		d := allow(g, t.Context(), 1)
+		require.Equal(t, decide.Decided, d.Outcome)
+		assert.False(t, f.hadDeadline, "%T", s)
+	}
+}
 
 // boundedStore is a fakeStore that promises to bound each call itself.
 type boundedStore struct {

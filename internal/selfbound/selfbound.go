@@ -1,21 +1,30 @@
-// Package selfbound marks the stores whose Allow bounds its own duration,
-// so that a caller that would bound each call by a context.WithTimeout
-// (internal/decide's Gate) can skip it when the store's bound is at least
-// as tight. Why: a context.WithTimeout per call costs a timer, seven
-// allocations and the parent's cancel bookkeeping (profiled: about 2 µs of
-// `sluice serve`'s CPU per decision over Redis), while a store that queues
-// its calls can bound them all with one timer.
+// Package selfbound tells how long a store's Allow can take, for the stores
+// that promise a bound, so that a caller that would bound each call by a
+// context.WithTimeout (internal/decide's Gate) can skip it when the store's
+// own bound is at least as tight. Two kinds of store promise one: an
+// in-process store (the memory and shm stores: embed InProcess) never waits
+// on I/O, and a store that queues its calls (the Redis store: embed Marker)
+// bounds them all with one timer. Why skip: a context.WithTimeout per call
+// costs a timer, seven allocations and the parent's cancel bookkeeping
+// (profiled: about 2 µs of `sluice serve`'s CPU per decision over Redis),
+// for nothing when the store cannot take that long.
 //
-// Why a marker embedded through an unexported alias and not an exported
-// method: as with internal/inprocess, the mark is machinery of this module,
-// not a promise to users.
+// Why markers embedded through an unexported alias and not an exported
+// method: the mark is machinery of this module, not a promise to users. An
+// interface whose one method is unexported here is met only by types that
+// embed a marker, and embedding it through an unexported alias keeps the
+// field out of the store's exported fields and documentation.
 package selfbound
 
-import (
-	"time"
+import "time"
 
-	"github.com/sluice-go/sluice/store"
-)
+// InProcess marks the struct that embeds it as an in-process store: its
+// Allow never waits on I/O. Embed it through an unexported alias (type
+// inProcess = selfbound.InProcess), first in the struct, where a zero-size
+// field takes no room.
+type InProcess struct{}
+
+func (InProcess) inProcess() {}
 
 // Marker marks the struct that embeds it as a store that bounds each Allow
 // by the duration Set gave it. The zero value marks no bound. Embed it
@@ -29,15 +38,19 @@ func (m *Marker) selfBound() time.Duration { return m.d }
 // start (d ≤ 0: no promise).
 func Set(m *Marker, d time.Duration) { m.d = max(d, 0) }
 
-// Of returns the bound s promises for each Allow, or 0 for none. It looks
-// through a *store.Breaker, which adds no wait of its own (an open breaker
-// answers at once; its probes run in the background).
-func Of(s any) time.Duration {
-	if b, ok := s.(*store.Breaker); ok {
-		s = b.Unwrap()
+// Of returns the bound s promises for each Allow and whether it promises
+// one: 0 and true for an in-process store, which never waits; Set's d and
+// true for a Marker with a bound; 0 and false otherwise. It sees only s
+// itself: a caller looks through a wrapper that adds no wait of its own (a
+// *store.Breaker: Gate does) before asking. Why not here: this package is
+// imported by the store package, so it cannot name store.Breaker.
+func Of(s any) (time.Duration, bool) {
+	if _, ok := s.(interface{ inProcess() }); ok {
+		return 0, true
 	}
 	if m, ok := s.(interface{ selfBound() time.Duration }); ok {
-		return m.selfBound()
+		d := m.selfBound()
+		return d, d > 0
 	}
-	return 0
+	return 0, false
 }

@@ -20,19 +20,25 @@ type bounded struct {
 	store.Store
 }
 
-// A marked store's bound is found directly and through a breaker; unmarked
-// stores and nil have none.
+// A marked store's bound is found; a wrapper of it (looked through by the
+// caller, not here), a zero Marker and nil promise none.
 func TestOf(t *testing.T) {
 	mem := store.NewMemory()
-	b := &bounded{Store: mem}
-	assert.Zero(t, selfbound.Of(b), "the zero Marker promises nothing")
+	b := &bounded{Store: mem}   // a breaker's Close closes it
+	assertBound(t, b, 0, false) // the zero Marker promises nothing
 	selfbound.Set(&b.selfBound, 250*time.Millisecond)
-	assert.Equal(t, 250*time.Millisecond, selfbound.Of(b))
+	assertBound(t, b, 250*time.Millisecond, true)
 	br := store.NewBreaker(b, store.BreakerOptions{})
 	t.Cleanup(func() { _ = br.Close() })
-	assert.Equal(t, 250*time.Millisecond, selfbound.Of(br))
-	assert.Zero(t, selfbound.Of(mem))
-	assert.Zero(t, selfbound.Of(nil))
+	assertBound(t, br, 0, false) // a wrapper is the caller's to look through
+	assertBound(t, nil, 0, false)
 	selfbound.Set(&b.selfBound, -time.Second)
-	assert.Zero(t, selfbound.Of(b))
+	assertBound(t, b, 0, false)
+}
+
+func assertBound(t *testing.T, s any, want time.Duration, wantOK bool) {
+	t.Helper()
+	d, ok := selfbound.Of(s)
+	assert.Equal(t, wantOK, ok, "%T promises a bound", s)
+	assert.Equal(t, want, d, "%T's bound", s)
 }

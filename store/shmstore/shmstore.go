@@ -35,7 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/inprocess"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/internal/tablecounts"
 	"github.com/sluice-go/sluice/sharedbucket"
 	"github.com/sluice-go/sluice/store"
@@ -44,6 +44,7 @@ import (
 // Store is a store.Store over a sharedbucket.Arena. Safe for concurrent use;
 // the zero value is not usable (use Open). Allow never blocks.
 type Store struct {
+	//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
 	inProcess // Allow never waits: callers skip per-call timeouts
 
 	arena  *sharedbucket.Arena // the directory; tables are opened with openHeld
@@ -60,8 +61,10 @@ type Store struct {
 	dropped []tableID // guarded by mu
 }
 
-// inProcess marks Store for internal/inprocess.Is.
-type inProcess = inprocess.Marker
+// inProcess marks Store for internal/selfbound.Of.
+//
+//lint:ignore U1000 used through selfbound.Of's interface, which staticcheck cannot follow across packages
+type inProcess = selfbound.InProcess
 
 type tableID struct {
 	interval time.Duration
@@ -211,7 +214,7 @@ func (s *Store) Allow(_ context.Context, key string, cost int64, p store.Policy)
 // Evictions reports, for p's table, the live buckets this store evicted to
 // make room for new keys (each one let its key start over with a full
 // bucket: the limit loosened) and the decisions given up under contention
-// (answered per sharedbucket.FailClosed), since the store was opened. Zeros
+// (answered per sharedbucket.WithFailMode), since the store was opened. Zeros
 // if p's table is not open. Policies with the same rate and burst share one
 // table, and so these counts. Counts are this process's: other processes
 // sharing the tables count their own.

@@ -17,7 +17,7 @@ type verdict struct {
 	// true by shadow mode (shadowDenied) or by -fail open (degraded).
 	allowed      bool
 	shadowDenied bool // the store denied; shadow mode answers allowed
-	degraded     bool // the store failed; allowed follows FailOpen
+	degraded     bool // the store failed; allowed follows Config.Fail
 }
 
 // decide is the one decision path of both APIs: it asks the store whether
@@ -42,7 +42,8 @@ func (s *Server) decide(ctx context.Context, key string, cost int64, e *policyEn
 
 // failure handles the outcomes of a gate call that carry no decision (the
 // caller gone, the request refused, the store failed) and reports whether
-// it did; for a decision it only logs a recovery.
+// it did. An outage's start and end are the gate's to log and report (to
+// uiOutage), once each.
 func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e *policyEntry) (v verdict, done bool, err error) {
 	switch d.Outcome {
 	case decide.Gone:
@@ -58,23 +59,13 @@ func (s *Server) failure(ctx context.Context, d *decide.Decision, key string, e 
 		s.degraded.Add(1)
 		e.counters().storeError.Inc()
 		e.ui.count(uiDegraded)
-		if d.Change == decide.Failing {
-			s.uiOutageStart(d.Err)
-			s.log.Error("store failing; answering per -fail", "store", s.cfg.Store.Name(), "err", d.Err,
-				"fail_open", s.cfg.FailOpen)
-			d.Change = decide.Steady // logged once, for the first of several descriptors
-		} else {
+		if d.Change != decide.Failing {
 			s.log.Debug("store error", "err", d.Err, "key", key)
 		}
 		if d.Allowed {
 			e.counters().failOpen.Inc()
 		}
 		return verdict{allowed: d.Allowed, degraded: true}, true, nil
-	}
-	if d.Change == decide.Recovered {
-		s.uiOutageEnd()
-		s.log.Info("store recovered", "store", s.cfg.Store.Name())
-		d.Change = decide.Steady
 	}
 	return verdict{}, false, nil
 }

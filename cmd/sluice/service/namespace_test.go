@@ -91,7 +91,7 @@ func newNSServer(t *testing.T, st store.Store) *nsServer {
 	c, err := rules.Parse("ns.yaml", []byte(nsRules))
 	require.NoError(t, err)
 	srv, err := service.New(service.Config{Store: st, Default: store.Policy{Rate: 5.0 / 86400, Burst: 5}, Rules: c,
-		FailOpen: false, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Fail: store.FailClosed, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)

@@ -515,9 +515,9 @@ func TestRLSFailModesRedisKilled(t *testing.T) {
 			c, err := rules.Parse("r.yaml", []byte(rlsRules))
 			require.NoError(t, err)
 			srv, err := service.New(service.Config{
-				Store:    st,
-				Default:  store.Policy{Rate: 1, Burst: 1},
-				FailOpen: open,
+				Store:   st,
+				Default: store.Policy{Rate: 1, Burst: 1},
+				Fail:    failMode(open),
 				// Long enough that a loaded machine cannot fail the healthy
 				// call; a killed Redis refuses connections at once anyway.
 				StoreTimeout: 5 * time.Second,

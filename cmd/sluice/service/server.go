@@ -47,12 +47,13 @@ type Config struct {
 	// Shadow makes the server decide and count but answer every decision as
 	// allowed (the response carries "shadow_denied":true where it would deny).
 	Shadow bool
-	// FailOpen answers allowed when the store fails; otherwise such requests
-	// are denied (429 with Retry-After: 1). Either way the body says
-	// "degraded" and the error is counted. Wrap a store that waits on the
-	// network in store.NewBreaker (as `sluice serve` does) so that answering
-	// per FailOpen during an outage takes microseconds, not StoreTimeout.
-	FailOpen bool
+	// Fail answers a failed store's requests: store.FailOpen (the default,
+	// as is the zero FailMode) allows them, store.FailClosed denies them
+	// (429 with Retry-After: 1). Either way the body says "degraded" and the
+	// error is counted. Wrap a store that waits on the network in
+	// store.NewBreaker (as `sluice serve` does) so that answering per Fail
+	// during an outage takes microseconds, not StoreTimeout.
+	Fail store.FailMode
 	// StoreTimeout bounds one store call (default DefaultStoreTimeout).
 	StoreTimeout time.Duration
 	// MaxBodyBytes caps a POST body (default DefaultMaxBodyBytes); larger
@@ -248,7 +249,8 @@ func New(cfg Config) (*Server, error) {
 	if err := s.initRules(); err != nil {
 		return nil, err
 	}
-	s.gate = decide.New(decide.Config{Store: cfg.Store, Timeout: cfg.StoreTimeout, FailOpen: cfg.FailOpen, Timed: true})
+	s.gate = decide.New(decide.Config{Store: cfg.Store, Timeout: cfg.StoreTimeout, Fail: cfg.Fail, Timed: true,
+		Log: s.log, OnOutage: s.uiOutage})
 	if r, ok := cfg.Store.(EvictionReporter); ok {
 		cfg.Registry.MustRegister(newEvictionCollector(r, s.policyList()))
 	}
@@ -398,10 +400,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, a *allowArgs) 
 	return 0, nil
 }
 
-// writeDegraded answers a request the store could not decide, per FailOpen.
+// writeDegraded answers a request the store could not decide, per Fail.
 func (s *Server) writeDegraded(w http.ResponseWriter, e *policyEntry) {
-	e.resp.WriteDegraded(w, s.cfg.FailOpen)
+	e.resp.WriteDegraded(w, s.failOpen())
 }
+
+// failOpen reports whether a failed store's requests are allowed.
+func (s *Server) failOpen() bool { return s.cfg.Fail != store.FailClosed }
 
 func (s *Server) writeDecision(w http.ResponseWriter, e *policyEntry, res store.Result, shadowDenied bool) {
 	e.resp.WriteDecision(w, res, shadowDenied)
@@ -456,7 +461,7 @@ type Stats struct {
 	Allowed      int64 // the store allowed
 	Denied       int64 // the store denied (not counting ShadowDenied)
 	ShadowDenied int64 // the store denied; answered allowed because of Shadow
-	Degraded     int64 // no decision (store error); answered per FailOpen
+	Degraded     int64 // no decision (store error); answered per Fail
 	Canceled     int64 // the caller gave up before the store answered
 }
 
@@ -476,7 +481,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if err := s.cfg.Store.Ping(ctx); err != nil {
 		mode := "closed"
-		if s.cfg.FailOpen {
+		if s.failOpen() {
 			mode = "open"
 		}
 		if !errors.Is(err, store.ErrDown) { // a Breaker's error names the store already

@@ -49,7 +49,7 @@ func newFixture(t *testing.T, mutate func(*service.Config)) *fixture {
 	t.Helper()
 	c := &vclock{now: time.Hour}
 	mem := store.NewMemory(store.WithClock(c.Now))
-	cfg := service.Config{Store: mem, Default: store.Policy{Rate: 10, Burst: 10}, FailOpen: true,
+	cfg := service.Config{Store: mem, Default: store.Policy{Rate: 10, Burst: 10}, Fail: store.FailOpen,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if mutate != nil {
 		mutate(&cfg)
@@ -294,13 +294,21 @@ func (b *brokenStore) Keys(ctx context.Context) (int64, error) {
 	return b.Store.Keys(ctx)
 }
 
+// failMode is the FailMode of a -fail flag that says open or not.
+func failMode(open bool) store.FailMode {
+	if open {
+		return store.FailOpen
+	}
+	return store.FailClosed
+}
+
 func TestStoreFailure(t *testing.T) {
 	for _, open := range []bool{true, false} {
 		t.Run(fmt.Sprintf("failOpen=%v", open), func(t *testing.T) {
 			var bs *brokenStore
 			f := newFixture(t, func(c *service.Config) {
 				bs = &brokenStore{Store: c.Store}
-				c.Store, c.FailOpen = bs, open
+				c.Store, c.Fail = bs, failMode(open)
 			})
 			require.Equal(t, "ok\n", f.get(t, "/healthz").raw)
 			bs.set(true)

@@ -276,7 +276,7 @@ func (s *Server) buildSnapshot(ctx context.Context, now time.Time) *UISnapshot {
 	st := &snap.Store
 	st.Kind = s.cfg.Store.Name()
 	st.Fail = "closed"
-	if s.cfg.FailOpen {
+	if s.failOpen() {
 		st.Fail = "open"
 	}
 	st.Breaker = "none (an in-process store cannot fail that way)"

@@ -307,8 +307,17 @@ func (s *Server) RunUI(ctx context.Context) {
 	}
 }
 
-// uiOutageStart and uiOutageEnd record the edges of a store outage as the
-// decisions see them (decide.Failing, decide.Recovered).
+// uiOutage records an edge of a store outage as the decisions see them
+// (the gate calls it): its start with the store's error, its end with nil.
+func (s *Server) uiOutage(err error) {
+	if err == nil {
+		s.uiOutageEnd()
+		return
+	}
+	s.uiOutageStart(err)
+}
+
+// uiOutageStart and uiOutageEnd record the start and the end of an outage.
 func (s *Server) uiOutageStart(err error) {
 	u := &s.ui
 	defer u.gen.Add(1)

@@ -145,7 +145,7 @@ func TestReplicaCountsDegraded(t *testing.T) {
 	mem := store.NewMemory()
 	defer mem.Close()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := service.New(service.Config{Store: downStore{mem}, Default: store.Policy{Rate: 10, Burst: 10}, FailOpen: true, Logger: quiet})
+	srv, err := service.New(service.Config{Store: downStore{mem}, Default: store.Policy{Rate: 10, Burst: 10}, Fail: store.FailOpen, Logger: quiet})
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv)
 	defer ts.Close()

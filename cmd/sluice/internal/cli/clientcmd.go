@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-go/sluice/client"
-	"github.com/sluice-go/sluice/lease"
+	"github.com/sluice-go/sluice/store"
 )
 
 // Client runs `sluice client`: one replica that asks the service before each
@@ -35,7 +35,7 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	mode, err := client.ParseFailMode(*fail)
+	mode, err := store.ParseFailMode(*fail)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "sluice client: -fail: %v\n", err)
 		return 2
@@ -48,11 +48,7 @@ func Client(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if *policy == "" {
 			*policy = *key
 		}
-		lf := lease.FailClosed
-		if mode == client.FailOpen {
-			lf = lease.FailOpen
-		}
-		r := &LeaseReplica{ID: *id, URL: *limiter, Policy: *policy, Key: *key, RPS: *rps, Duration: *duration, Fail: lf}
+		r := &LeaseReplica{ID: *id, URL: *limiter, Policy: *policy, Key: *key, RPS: *rps, Duration: *duration, Fail: mode}
 		if *logAllowed {
 			r.LogAllowed = stdout
 		}

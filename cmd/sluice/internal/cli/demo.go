@@ -80,7 +80,7 @@ func Demo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	errc := make(chan error, 1)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := service.Config{Store: st, Default: store.Policy{Rate: *rate, Burst: *burst},
-		Limits: map[string]store.Policy{key: p}, FailOpen: true, Logger: quiet}
+		Limits: map[string]store.Policy{key: p}, Fail: store.FailOpen, Logger: quiet}
 	go func() { errc <- RunServer(ctx, cfg, "127.0.0.1:0", quiet, func(a net.Addr) { addrc <- a }) }()
 	var addr net.Addr
 	select {

@@ -60,7 +60,7 @@ func (d *leaseDemo) run(ctx context.Context) int {
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := store.Policy{Name: key, Rate: d.rate, Burst: d.burst}
-	cfg := service.Config{Store: st, Default: p, Limits: map[string]store.Policy{key: p}, FailOpen: true, Logger: quiet,
+	cfg := service.Config{Store: st, Default: p, Limits: map[string]store.Policy{key: p}, Fail: store.FailOpen, Logger: quiet,
 		// The demo's server is the first ever to hold this policy: no
 		// lease can be in force, so it need not learn.
 		Leases: &service.LeaseConfig{Lease: demoLease, Refresh: demoRefresh, NoLearning: true}}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/ratelimiter"
+	"github.com/sluice-go/sluice/store"
 )
 
 // LeaseReplica plays one replica that decides locally under a lease on
@@ -23,8 +24,8 @@ type LeaseReplica struct {
 	Key      string
 	RPS      float64
 	Duration time.Duration
-	Fail     lease.FailMode
-	Start    time.Time // when AllowedAt counts from (default: when Run starts)
+	Fail     store.FailMode // the zero FailMode is lease's default, closed
+	Start    time.Time      // when AllowedAt counts from (default: when Run starts)
 	// LogAllowed, if not nil, gets a line "allowed UNIXNANO" for each
 	// allowed decision, as it is made (tests check the bound over every
 	// window across processes from these).

@@ -263,13 +263,11 @@ func tlsMode(c *Certs) string {
 // config checks the flags and builds the service config (without store).
 func (o *ServeOptions) config() (service.Config, error) {
 	var cfg service.Config
-	switch o.Fail {
-	case "open":
-		cfg.FailOpen = true
-	case "closed":
-	default:
-		return cfg, fmt.Errorf("-fail %q: want open or closed", o.Fail)
+	fail, err := store.ParseFailMode(o.Fail)
+	if err != nil {
+		return cfg, fmt.Errorf("-fail: %w", err)
 	}
+	cfg.Fail = fail
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return cfg, fmt.Errorf("-log %q: want text or json", o.LogFormat)
 	}
@@ -374,7 +372,7 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	certs := certsFrom(ctx)
 	log.Info("listening", "addr", ln.Addr().String(), "store", cfg.Store.Name(),
 		"rate", cfg.Default.Rate, "burst", cfg.Default.Burst, "limits", len(cfg.Limits),
-		"shadow", cfg.Shadow, "fail_open", cfg.FailOpen, "tls", tlsMode(certs))
+		"shadow", cfg.Shadow, "fail_open", cfg.Fail != store.FailClosed, "tls", tlsMode(certs))
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -399,6 +397,6 @@ func RunServer(ctx context.Context, cfg service.Config, addr string, log *slog.L
 	}
 	st := srv.Stats()
 	log.Info("stopped", "allowed_total", st.Allowed, "denied_total", st.Denied, "shadow_denied_total", st.ShadowDenied,
-		"degraded_total", st.Degraded, "fail_open", cfg.FailOpen, "canceled_total", st.Canceled)
+		"degraded_total", st.Degraded, "fail_open", cfg.Fail != store.FailClosed, "canceled_total", st.Canceled)
 	return err
 }

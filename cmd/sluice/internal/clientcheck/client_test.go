@@ -169,14 +169,14 @@ func (failing) RoundTrip(*http.Request) (*http.Response, error) {
 
 func TestFailModes(t *testing.T) {
 	ctx := context.Background()
-	open := newClient(t, failing{}, client.WithFailMode(client.FailOpen))
+	open := newClient(t, failing{}, client.WithFailMode(store.FailOpen))
 	d, err := open.Allow(ctx, "k", 1)
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, client.FromFailMode, d.Source)
 	require.NoError(t, open.Acquire(ctx, "k", 1))
 
-	closed := newClient(t, failing{}, client.WithFailMode(client.FailClosed))
+	closed := newClient(t, failing{}, client.WithFailMode(store.FailClosed))
 	d, err = closed.Allow(ctx, "k", 1)
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.False(t, d.Allowed)
@@ -184,7 +184,7 @@ func TestFailModes(t *testing.T) {
 
 	// A 5xx is unavailability too.
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "boom", http.StatusBadGateway) })
-	c5 := newClient(t, &inProcess{h: h}, client.WithFailMode(client.FailClosed))
+	c5 := newClient(t, &inProcess{h: h}, client.WithFailMode(store.FailClosed))
 	d, err = c5.Allow(ctx, "k", 1)
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.ErrorContains(t, err, "status 502")
@@ -194,7 +194,7 @@ func TestFailModes(t *testing.T) {
 func TestPerCallTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stuck := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-		c := newClient(t, &inProcess{h: stuck}, client.WithTimeout(200*time.Millisecond), client.WithFailMode(client.FailOpen))
+		c := newClient(t, &inProcess{h: stuck}, client.WithTimeout(200*time.Millisecond), client.WithFailMode(store.FailOpen))
 		start := time.Now()
 		d, err := c.Allow(context.Background(), "k", 1)
 		require.ErrorIs(t, err, client.ErrUnavailable)
@@ -243,8 +243,6 @@ func TestNewRejectsBadURL(t *testing.T) {
 		_, err := client.New(u)
 		assert.Error(t, err, u)
 	}
-	_, err := client.ParseFailMode("maybe")
-	assert.ErrorContains(t, err, "maybe")
 }
 
 // Real loopback HTTP: the default transport against a real listener.
@@ -299,18 +297,18 @@ func TestUnusableRepliesAreUnavailable(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				for _, mode := range []client.FailMode{client.FailOpen, client.FailClosed} {
+				for _, mode := range []store.FailMode{store.FailOpen, store.FailClosed} {
 					rt := replying(c.status, c.body)
 					cl := newClient(t, rt, client.WithFailMode(mode))
 					d, err := cl.Allow(context.Background(), "k", 1)
 					require.ErrorIs(t, err, client.ErrUnavailable)
 					assert.Equal(t, client.FromFailMode, d.Source)
-					assert.Equal(t, mode == client.FailOpen, d.Allowed)
+					assert.Equal(t, mode == store.FailOpen, d.Allowed)
 
 					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 					err = cl.Acquire(ctx, "k", 1)
 					cancel()
-					if mode == client.FailOpen {
+					if mode == store.FailOpen {
 						require.NoError(t, err)
 					} else {
 						require.ErrorIs(t, err, client.ErrUnavailable)

@@ -74,7 +74,7 @@ func TestMiddlewareRedis(t *testing.T) {
 	// The outage: redis-server killed. Fail closed answers at once with the
 	// degraded 429; the server coming back ends it with no restart.
 	lim, err := httplimit.NewMiddleware(stores[0], store.Policy{Name: "api", Rate: 1.0 / 60, Burst: 3},
-		httplimit.FailClosed(), httplimit.KeyByHeader("X-Key"), httplimit.Logger(slog.New(slog.DiscardHandler)), slowOK)
+		httplimit.FailMode(store.FailClosed), httplimit.KeyByHeader("X-Key"), httplimit.Logger(slog.New(slog.DiscardHandler)), slowOK)
 	require.NoError(t, err)
 	closed := serve(t, lim.Handler(hello)).URL
 	srv.Kill()
@@ -119,7 +119,7 @@ func TestMiddlewareService(t *testing.T) {
 	require.NoError(t, stores[0].Ping(t.Context()))
 
 	svcSrv.Close()
-	lim, err := httplimit.NewMiddleware(stores[0], policy, httplimit.FailClosed(), httplimit.KeyByHeader("X-Tenant"),
+	lim, err := httplimit.NewMiddleware(stores[0], policy, httplimit.FailMode(store.FailClosed), httplimit.KeyByHeader("X-Tenant"),
 		httplimit.Logger(slog.New(slog.DiscardHandler)))
 	require.NoError(t, err)
 	closed := serve(t, lim.Handler(hello)).URL

@@ -89,12 +89,13 @@ func (downStore) Ping(context.Context) error { return errors.New("connection ref
 // TestStoreDegraded: a service answering without its own store (its fail
 // mode) is an unavailable store to the caller, whose own fail mode applies.
 func TestStoreDegraded(t *testing.T) {
+	failMode := map[bool]store.FailMode{true: store.FailOpen, false: store.FailClosed}
 	synctest.Test(t, func(t *testing.T) {
 		mem := store.NewMemory()
 		defer mem.Close()
 		for _, open := range []bool{true, false} {
 			srv, err := service.New(service.Config{Store: downStore{mem}, Default: store.Policy{Rate: 10, Burst: 10},
-				FailOpen: open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				Fail: failMode[open], Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			require.NoError(t, err)
 			st := newClient(t, &inProcess{h: srv}).Store()
 			_, err = st.Allow(context.Background(), "k", 1, store.Policy{Rate: 10, Burst: 10})

@@ -1,4 +1,4 @@
-package ratelimiter_test
+package adapt_test
 
 import (
 	"bytes"
@@ -12,10 +12,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
-	"github.com/sluice-go/sluice/ratelimiter"
+	"github.com/sluice-go/sluice/adapt"
 	"github.com/sluice-go/sluice/vclock"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setter is a RateSetter that records what it was set to.
 type setter struct {
@@ -34,7 +37,7 @@ func (s *setter) SetRate(r float64) error {
 
 // feed reports an OK for a request every 1/rate seconds (the rate the law
 // has set, read afresh each time) for d, from *now on; it returns the OKs.
-func feed(a *ratelimiter.Adaptive, now *time.Time, d time.Duration) int {
+func feed(a *adapt.Law, now *time.Time, d time.Duration) int {
 	end := now.Add(d)
 	n := 0
 	for now.Before(end) {
@@ -45,20 +48,20 @@ func feed(a *ratelimiter.Adaptive, now *time.Time, d time.Duration) int {
 	return n
 }
 
-func TestNewAdaptiveBounds(t *testing.T) {
+func TestNewBounds(t *testing.T) {
 	for _, b := range [][2]float64{{0, 10}, {-1, 10}, {10, 5}, {math.NaN(), 10}, {1, math.NaN()}, {math.Inf(1), math.Inf(1)}} {
-		_, err := ratelimiter.NewAdaptive(&setter{rate: 5}, b[0], b[1])
-		require.ErrorIs(t, err, ratelimiter.ErrBadBounds, "bounds %v", b)
+		_, err := adapt.New(&setter{rate: 5}, b[0], b[1])
+		require.ErrorIs(t, err, adapt.ErrBadBounds, "bounds %v", b)
 	}
-	_, err := ratelimiter.NewAdaptive(&setter{rate: 5}, 1, 10, ratelimiter.LogChanges(nil, 1))
-	require.ErrorIs(t, err, ratelimiter.ErrBadBounds, "a log factor of 1")
+	_, err := adapt.New(&setter{rate: 5}, 1, 10, adapt.LogChanges(nil, 1))
+	require.ErrorIs(t, err, adapt.ErrBadBounds, "a log factor of 1")
 
 	s := &setter{rate: 500}
-	a, err := ratelimiter.NewAdaptive(s, 1, 100)
+	a, err := adapt.New(s, 1, 100)
 	require.NoError(t, err)
 	assert.Equal(t, 100.0, a.Rate(), "a start above max is brought to max")
 	assert.Equal(t, 100.0, s.rate)
-	a, err = ratelimiter.NewAdaptive(&setter{rate: 5}, 1, math.Inf(1))
+	a, err = adapt.New(&setter{rate: 5}, 1, math.Inf(1))
 	require.NoError(t, err)
 	assert.Equal(t, 5.0, a.Rate())
 }
@@ -66,9 +69,9 @@ func TestNewAdaptiveBounds(t *testing.T) {
 // While every answer is clean and the callers keep up, the rate doubles
 // every second from where it started (once the answers have shown, over
 // their first half second or so, that the callers use it).
-func TestAdaptiveRisesWhileUsed(t *testing.T) {
+func TestLawRisesWhileUsed(t *testing.T) {
 	s := &setter{rate: 10}
-	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
+	a, err := adapt.New(s, 1, 1000)
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	feed(a, &now, 3*time.Second)
@@ -81,9 +84,9 @@ func TestAdaptiveRisesWhileUsed(t *testing.T) {
 
 // A client that uses a fraction of its rate does not climb: the rate rises
 // only while answers come at half of it or more.
-func TestAdaptiveIdleDoesNotRise(t *testing.T) {
+func TestLawIdleDoesNotRise(t *testing.T) {
 	s := &setter{rate: 100}
-	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
+	a, err := adapt.New(s, 1, 1000)
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	for range 60 {
@@ -96,9 +99,9 @@ func TestAdaptiveIdleDoesNotRise(t *testing.T) {
 // The first throttle halves the rate (nothing is measured yet); the next
 // sets it just under what the upstream served between the two, which is
 // its quota when the callers kept it busy.
-func TestAdaptiveCutsToMeasuredRate(t *testing.T) {
+func TestLawCutsToMeasuredRate(t *testing.T) {
 	s := &setter{rate: 400}
-	a, err := ratelimiter.NewAdaptive(s, 1, 1000)
+	a, err := adapt.New(s, 1, 1000)
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	a.OK(now, now)
@@ -121,8 +124,8 @@ func TestAdaptiveCutsToMeasuredRate(t *testing.T) {
 
 // Answers to requests sent before a cut were answered by the cut: however
 // many come back throttled, the rate falls once.
-func TestAdaptiveIgnoresThrottlesSentBeforeTheCut(t *testing.T) {
-	a, err := ratelimiter.NewAdaptive(&setter{rate: 100}, 1, 1000)
+func TestLawIgnoresThrottlesSentBeforeTheCut(t *testing.T) {
+	a, err := adapt.New(&setter{rate: 100}, 1, 1000)
 	require.NoError(t, err)
 	sent := vclock.Epoch()
 	now := sent.Add(50 * time.Millisecond)
@@ -140,10 +143,10 @@ func TestAdaptiveIgnoresThrottlesSentBeforeTheCut(t *testing.T) {
 
 // Whatever it is told, the rate stays within [min, max] and under the
 // ceiling, and the limiter always has the rate Rate reports.
-func TestAdaptiveStaysInBounds(t *testing.T) {
+func TestLawStaysInBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	s := &setter{rate: 50}
-	a, err := ratelimiter.NewAdaptive(s, 5, 200)
+	a, err := adapt.New(s, 5, 200)
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	ceiling := math.Inf(1)
@@ -168,8 +171,8 @@ func TestAdaptiveStaysInBounds(t *testing.T) {
 
 // An advertised ceiling takes the rate down at once and caps every rise;
 // removing it lets the rate rise again.
-func TestAdaptiveCeiling(t *testing.T) {
-	a, err := ratelimiter.NewAdaptive(&setter{rate: 100}, 1, 1000)
+func TestLawCeiling(t *testing.T) {
+	a, err := adapt.New(&setter{rate: 100}, 1, 1000)
 	require.NoError(t, err)
 	a.SetCeiling(40)
 	assert.Equal(t, 40.0, a.Rate())
@@ -182,16 +185,15 @@ func TestAdaptiveCeiling(t *testing.T) {
 }
 
 // A change by more than the factor is logged once; small moves are not.
-func TestAdaptiveLogsChanges(t *testing.T) {
+func TestLawLogsChanges(t *testing.T) {
 	var buf bytes.Buffer
 	l := slog.New(slog.NewTextHandler(&buf, nil))
-	a, err := ratelimiter.NewAdaptive(&setter{rate: 100}, 1, 1000, ratelimiter.LogChanges(l, 2))
+	a, err := adapt.New(&setter{rate: 100}, 1, 1000, adapt.LogChanges(l, 2))
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	a.OK(now, now)
 	a.Throttled(now, now, 0) // 100 → 50: not more than a factor of 2
 	assert.Empty(t, buf.String())
-	now = now.Add(time.Second)
 	a.SetCeiling(20) // 50 → 20
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	require.Len(t, lines, 1)
@@ -203,9 +205,9 @@ func TestAdaptiveLogsChanges(t *testing.T) {
 // component calling SetRate) lasts until the law's next update, which puts
 // the limiter back at the law's rate, within [min, max], even on a plateau
 // where the law itself does not move.
-func TestAdaptiveRestoresItsRate(t *testing.T) {
+func TestLawRestoresItsRate(t *testing.T) {
 	s := &setter{rate: 10}
-	a, err := ratelimiter.NewAdaptive(s, 10, 100)
+	a, err := adapt.New(s, 10, 100)
 	require.NoError(t, err)
 	now := vclock.Epoch()
 	feed(a, &now, time.Second)

@@ -1,4 +1,4 @@
-package ratelimiter
+package adapt
 
 import (
 	"errors"
@@ -9,16 +9,16 @@ import (
 	"time"
 )
 
-// RateSetter is what an Adaptive drives: a *Limiter is one.
+// RateSetter is what a Law drives: a *ratelimiter.Limiter is one.
 type RateSetter interface {
 	Rate() float64
 	SetRate(rate float64) error
 }
 
-// Adaptive finds the rate an upstream accepts by itself and keeps a
-// limiter's rate there. The caller reports each answer: OK for a request
+// Law finds the rate an upstream accepts by itself and keeps a limiter's
+// rate there. The caller reports each answer: OK for a request
 // the upstream served, Throttled for one it refused for being too fast (an
-// HTTP 429, a 503 with Retry-After, a RateLimit field with r=0). Adaptive
+// HTTP 429, a 503 with Retry-After, a RateLimit field with r=0). The Law
 // sets the limiter's rate from what it learns, always within [min, max] and
 // under any ceiling set with SetCeiling. httplimit.Adaptive wires one into
 // an HTTP Transport.
@@ -52,16 +52,16 @@ type RateSetter interface {
 // rate or more): an idle client does not climb to max and then flood the
 // upstream when work arrives.
 //
-// Adaptive owns the limiter's rate: a rate set on the limiter by anyone
+// A Law owns the limiter's rate: a rate set on the limiter by anyone
 // else lasts only until the next report (OK, Throttled, SetCeiling), which
 // sets the law's rate again. So the limiter stays within [min, max] whatever
 // else writes to it; an advertised policy goes through SetCeiling, never
 // to the limiter directly.
 //
-// Adaptive is safe for concurrent use. Its methods never block; the times
+// A Law is safe for concurrent use; the zero value is not usable (use New). Its methods never block; the times
 // they take are the caller's clock (sched.Now for fibers of a loop,
 // time.Now otherwise), which keeps the law exact under virtual time.
-type Adaptive struct {
+type Law struct {
 	lim      RateSetter
 	min, max float64
 	log      *slog.Logger
@@ -126,15 +126,15 @@ const (
 	adaptSetRateStep   = 0.005
 )
 
-// AdaptiveOption configures NewAdaptive.
-type AdaptiveOption func(*Adaptive)
+// Option configures New.
+type Option func(*Law)
 
-// LogChanges makes an Adaptive log, at level Info on l, each time its rate
+// LogChanges makes a Law log, at level Info on l, each time its rate
 // has moved by more than factor (> 1) from the rate it last logged: the
 // first cut of a run, a fall of the quota, its return. A nil l is
 // slog.Default().
-func LogChanges(l *slog.Logger, factor float64) AdaptiveOption {
-	return func(a *Adaptive) {
+func LogChanges(l *slog.Logger, factor float64) Option {
+	return func(a *Law) {
 		if l == nil {
 			l = slog.Default()
 		}
@@ -142,20 +142,20 @@ func LogChanges(l *slog.Logger, factor float64) AdaptiveOption {
 	}
 }
 
-// ErrBadBounds is returned by NewAdaptive for bounds that leave no rate.
-var ErrBadBounds = errors.New("ratelimiter: adaptive bounds")
+// ErrBadBounds is returned by New for bounds that leave no rate.
+var ErrBadBounds = errors.New("adapt: bad bounds")
 
-// NewAdaptive returns an Adaptive driving lim's rate within [min, max]. It
+// New returns a Law driving lim's rate within [min, max]. It
 // starts from lim's rate, brought into [min, max]. min must be > 0 and
 // max ≥ min (max may be +Inf); a LogChanges factor must be > 1.
-func NewAdaptive(lim RateSetter, min, max float64, opts ...AdaptiveOption) (*Adaptive, error) {
+func New(lim RateSetter, min, max float64, opts ...Option) (*Law, error) {
 	if lim == nil {
-		panic("ratelimiter: NewAdaptive with a nil limiter")
+		panic("adapt: New with a nil limiter")
 	}
 	if !(min > 0) || math.IsInf(min, 1) || !(max >= min) {
 		return nil, fmt.Errorf("%w: min %v, max %v: want 0 < min ≤ max", ErrBadBounds, min, max)
 	}
-	a := &Adaptive{lim: lim, min: min, max: max, ceiling: math.Inf(1), plateau: adaptMinPlateau, burst: -1}
+	a := &Law{lim: lim, min: min, max: max, ceiling: math.Inf(1), plateau: adaptMinPlateau, burst: -1}
 	for _, o := range opts {
 		o(a)
 	}
@@ -172,17 +172,17 @@ func NewAdaptive(lim RateSetter, min, max float64, opts ...AdaptiveOption) (*Ada
 	return a, nil
 }
 
-// Rate returns the rate Adaptive has set: the limiter's, or, if someone
+// Rate returns the rate the Law has set: the limiter's, or, if someone
 // else changed the limiter's since the last report, the one the next
 // report sets again.
-func (a *Adaptive) Rate() float64 {
+func (a *Law) Rate() float64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.rate
 }
 
 // Cuts returns how many times a throttle lowered the rate.
-func (a *Adaptive) Cuts() int64 {
+func (a *Law) Cuts() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.cuts
@@ -192,7 +192,7 @@ func (a *Adaptive) Cuts() int64 {
 // (httplimit reads RateLimit-Policy); the rate drops to c at once if it is
 // above. A c ≤ 0 or +Inf removes the ceiling. The floor min still holds: a
 // ceiling below min leaves the rate at min.
-func (a *Adaptive) SetCeiling(c float64) {
+func (a *Law) SetCeiling(c float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !(c > 0) {
@@ -207,7 +207,7 @@ func (a *Adaptive) SetCeiling(c float64) {
 }
 
 // OK reports that a request sent at sent was served, at now.
-func (a *Adaptive) OK(sent, now time.Time) {
+func (a *Law) OK(sent, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.count(now)
@@ -225,7 +225,7 @@ func (a *Adaptive) OK(sent, now time.Time) {
 // fast, at now; hold is how long the upstream asked to wait (0 when it did
 // not say). A throttle for a request sent before the last cut, or at its
 // instant, changes nothing: the cut already answered it.
-func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
+func (a *Law) Throttled(sent, now time.Time, hold time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	defer a.own()
@@ -328,7 +328,7 @@ func (a *Adaptive) Throttled(sent, now time.Time, hold time.Duration) {
 
 // count folds one answer into seen, the answers a second decayed over the
 // last second.
-func (a *Adaptive) count(now time.Time) {
+func (a *Law) count(now time.Time) {
 	if a.firstAt.IsZero() {
 		a.firstAt = now
 	}
@@ -341,7 +341,7 @@ func (a *Adaptive) count(now time.Time) {
 }
 
 // advance moves the rate along its phase from a.last to now.
-func (a *Adaptive) advance(now time.Time) {
+func (a *Law) advance(now time.Time) {
 	prev := a.last
 	if now.After(a.last) {
 		a.last = now
@@ -401,20 +401,20 @@ func (a *Adaptive) advance(now time.Time) {
 // stays put for minutes, and a rate written around it (an advertised
 // policy, a caller's SetRate) would otherwise hold for as long, outside
 // [min, max] perhaps, while Rate reports the law's.
-func (a *Adaptive) own() {
+func (a *Law) own() {
 	if a.lim.Rate() != a.rate {
 		_ = a.lim.SetRate(a.rate) // a rate the limiter refuses leaves it as it was
 	}
 }
 
-func (a *Adaptive) clamp(r float64) float64 {
+func (a *Law) clamp(r float64) float64 {
 	return max(a.min, min(r, a.max, a.ceiling))
 }
 
 // set makes r (clamped) the law's rate and moves the limiter to it when it
 // differs enough to matter: SetRate re-times every parked waiter, so tiny
 // steps are kept until they add up.
-func (a *Adaptive) set(r float64, now time.Time) {
+func (a *Law) set(r float64, now time.Time) {
 	r = a.clamp(r)
 	a.want = r
 	small := r > a.rate && r-a.rate < adaptSetRateStep*a.rate && r != a.max && r != a.ceiling
@@ -426,7 +426,7 @@ func (a *Adaptive) set(r float64, now time.Time) {
 	}
 	a.rate = r
 	if a.log != nil && (r > a.logged*a.factor || r < a.logged/a.factor) {
-		a.log.Info("ratelimiter: adaptive rate changed", "from", a.logged, "to", r, "at", now)
+		a.log.Info("adapt: rate changed", "from", a.logged, "to", r, "at", now)
 		a.logged = r
 	}
 }
