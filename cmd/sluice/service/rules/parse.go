@@ -338,6 +338,18 @@ func (p *parser) boolean(v *yaml.Node, field string, out *bool) error {
 	return nil
 }
 
+// uint32From reads a whole number (see wholeNumber) from lo to
+// math.MaxUint32 into out. v is a node deref has followed: the caller keeps it
+// for later errors.
+func (p *parser) uint32From(v *yaml.Node, field string, lo int64, out *uint32) error {
+	n, ok := wholeNumber(v)
+	if !ok || n < lo || n > math.MaxUint32 {
+		return p.errf(v, field, "%q is not a whole number from %d to %d", v.Value, lo, uint32(math.MaxUint32))
+	}
+	*out = uint32(n)
+	return nil
+}
+
 // descriptors reads a list of descriptors into a level; aliased says the list
 // is (inside) an expanded alias.
 func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
@@ -479,26 +491,14 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 			unitNode = v
 			return p.str(v, f, &unit)
 		case "requests_per_unit":
-			v = deref(v)
-			rpuNode = v
-			n, ok := wholeNumber(v)
-			if !ok || n < 0 || n > math.MaxUint32 {
-				return p.errf(v, f, "%q is not a whole number from 0 to %d", v.Value, uint32(math.MaxUint32))
-			}
-			r.RequestsPerUnit = uint32(n)
-			return nil
+			rpuNode = deref(v)
+			return p.uint32From(rpuNode, f, 0, &r.RequestsPerUnit)
 		case "unlimited":
 			unlNode = v
 			return p.boolean(v, f, &r.Unlimited)
 		case "unit_multiplier":
-			v = deref(v)
-			multNode = v
-			n, ok := wholeNumber(v)
-			if !ok || n < 1 || n > math.MaxUint32 {
-				return p.errf(v, f, "%q is not a whole number from 1 to %d", v.Value, uint32(math.MaxUint32))
-			}
-			r.UnitMultiplier = uint32(n)
-			return nil
+			multNode = deref(v)
+			return p.uint32From(multNode, f, 1, &r.UnitMultiplier)
 		case "name":
 			return p.str(v, f, &r.Name)
 		case "replaces":
