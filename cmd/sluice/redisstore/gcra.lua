@@ -52,7 +52,12 @@ local vals
 if not one then
   vals = redis.call('MGET', unpack(KEYS))
 end
-local reply, i = {}, 1
+-- One key and one request: an integer reply, no table (the latency path).
+local single = #ARGV == 2
+local reply, i = 0, 1
+if not single then
+  reply = {}
+end
 for k = 1, #KEYS do
   local v
   if one then
@@ -70,18 +75,23 @@ for k = 1, #KEYS do
     end
   end
 
-  local debt, last = ahead, #ARGV + 1
-  if not one then
+  local debt, last = ahead
+  if one then
+    last = #ARGV + 1
+  else
     last = i + 2 * ARGV[i] -- ARGV[i]: the key's request count; its pairs follow
     i = i + 1
   end
   while i < last do
     local next = debt + ARGV[i]
+    local r = -debt - 1
     if next <= ARGV[i + 1] + 0 then
-      debt = next
-      reply[#reply + 1] = next
+      debt, r = next, next
+    end
+    if single then
+      reply = r
     else
-      reply[#reply + 1] = -debt - 1
+      reply[#reply + 1] = r
     end
     i = i + 2
   end
@@ -93,8 +103,5 @@ for k = 1, #KEYS do
       string.format('%d %d', now_s + carry, total - carry * 1000000000),
       'PX', math.ceil(debt / 1000000)) -- expire exactly when full: nothing is lost
   end
-end
-if #ARGV == 2 then -- one key, one request
-  return reply[1]
 end
 return reply
