@@ -350,18 +350,29 @@ func (p *parser) uint32From(v *yaml.Node, field string, lo int64, out *uint32) e
 	return nil
 }
 
+// list returns the items of a YAML list (through aliases); null (a key
+// with nothing after it) is an empty list. what names the items, for the
+// error.
+func (p *parser) list(seq *yaml.Node, path, what string) ([]*yaml.Node, error) {
+	seq = deref(seq)
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return nil, nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return nil, p.errf(seq, path, "want a list of %s", what)
+	}
+	return seq.Content, nil
+}
+
 // descriptors reads a list of descriptors into a level; aliased says the list
 // is (inside) an expanded alias.
 func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
 	aliased = aliased || seq.Kind == yaml.AliasNode
-	seq = deref(seq)
-	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
-		return nil
+	items, err := p.list(seq, path, "descriptors")
+	if err != nil {
+		return err
 	}
-	if seq.Kind != yaml.SequenceNode {
-		return p.errf(seq, path, "want a list of descriptors")
-	}
-	for i, d := range seq.Content {
+	for i, d := range items {
 		if aliased || d.Kind == yaml.AliasNode {
 			if p.aliased++; p.aliased > maxAliased {
 				return p.errf(d, path, "more than %d descriptors through aliases (aliases expanding without end?)", maxAliased)
@@ -607,14 +618,11 @@ func wholeNumber(v *yaml.Node) (int64, bool) {
 // replaces reads rate_limit.replaces: a list of {name: NAME}. An empty name
 // is refused, as envoyproxy/ratelimit does.
 func (p *parser) replaces(seq *yaml.Node, path string, out *[]string) error {
-	seq = deref(seq)
-	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
-		return nil
+	items, err := p.list(seq, path, "{name: NAME}")
+	if err != nil {
+		return err
 	}
-	if seq.Kind != yaml.SequenceNode {
-		return p.errf(seq, path, "want a list of {name: NAME}")
-	}
-	for i, e := range seq.Content {
+	for i, e := range items {
 		f := fmt.Sprintf("%s[%d]", path, i)
 		var name string
 		err := p.fields(e, f, func(key string, k, v *yaml.Node) error {
