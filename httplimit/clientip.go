@@ -263,23 +263,6 @@ func forwardedFor(elem string) (string, bool) {
 	return node, found
 }
 
-// cutOutsideQuotes splits s at the first sep that is not inside a quoted
-// string.
-func cutOutsideQuotes(s string, sep byte) (before, after string) {
-	quoted := false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && quoted:
-			i++
-		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			return s[:i], s[i+1:]
-		}
-	}
-	return s, ""
-}
-
 // unquote returns a token as it is and a quoted string's content, its
 // escapes undone; false if a quote is out of place.
 func unquote(v string) (string, bool) {

@@ -103,21 +103,3 @@ func parseDigits(s string) (int64, bool) {
 	}
 	return n, true
 }
-
-// splitOutsideQuotes splits s at sep where sep is not inside a quoted string.
-func splitOutsideQuotes(s string, sep byte) []string {
-	var out []string
-	start, quoted := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && quoted:
-			i++
-		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
-}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluice-go/sluice/internal/gcra"
 )
 
 // lockBit marks a key word whose slot is changing owner (see takeOver); the
@@ -78,7 +80,7 @@ func (t *Table) claim(h uint64, now int64, live bool) (*slot, int64) {
 				}
 			default:
 				tat := s.tat.Load()
-				if tat > now && tat-now > t.tau+repairSlack {
+				if t.damaged(gcra.Debt(tat, now)) {
 					// Impossible (see repairSlack): whether its key is
 					// real or garbage, make it an empty bucket that
 					// refills, so the slot does not stay live for ever.

@@ -30,7 +30,7 @@ func (t *Table) debtOf(h uint64, s *slot, now int64, live bool) int64 {
 	if live {
 		now = t.now()
 	}
-	if d := gcra.Debt(tat, now); d <= t.tau+repairSlack {
+	if d := gcra.Debt(tat, now); !t.damaged(d) {
 		return d
 	}
 	return t.tau // a damaged word: the next allow repairs it to "empty"

@@ -43,9 +43,10 @@ func remainingH(tb *Table, h uint64, now int64) float64 {
 	return tb.remaining(tb.debtOf(h, s, now, false))
 }
 
-// TestLookupBeforeClaim: a drained key one slot past a reclaimable one must
-// be found, not handed the reclaimable slot and a fresh bucket (the
-// single-pass bug: 5 allowed where 1 was due).
+// TestLookupBeforeClaim: a drained key one slot past a reclaimable one is
+// found where it sits, not handed the reclaimable slot and a fresh bucket:
+// it stays denied, the reclaimable slot keeps its key, and after T exactly
+// one token is back.
 func TestLookupBeforeClaim(t *testing.T) {
 	tb := openTemp(t, slotPolicy, WithSlots(64))
 	a, b := hashAt(5, 1), hashAt(5, 2)

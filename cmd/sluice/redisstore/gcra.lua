@@ -22,17 +22,20 @@
 --
 -- Why this shape: a call's cost inside Redis is mostly per call (parsing,
 -- script lookup, the Lua call, the reply) and per redis.call() (TIME, GET,
--- SET, 1–2 µs each), so one call takes as many keys as its caller has
--- (one TIME for them all, one MGET for their TATs, a SET per key that
--- allowed something), and the Lua is kept to arithmetic operators (a string
--- operand is converted in the VM, no tonumber call), one string.find and two
--- string.sub to read a TAT, one string.format to write it, and for one
--- request an integer reply (no table to build and decode). Why a count per
--- key rather than a key index per request: the requests of a key come
--- together, so a count is one argument per key, not one per request. The
--- stored format is the one earlier versions of this script wrote and read,
--- so during a rolling upgrade old and new scripts read each other's keys
--- exactly.
+-- SET), so one call takes as many keys as its caller has (one TIME for them
+-- all, one MGET for their TATs, a SET per key that allowed something), and
+-- the Lua is kept to arithmetic operators (a string operand is converted in
+-- the VM, no tonumber call), one string.find and two string.sub to read a
+-- TAT, one string.format to write it, and for one request an integer reply
+-- (no array for the client to decode). One key and several share one loop;
+-- what differs is how the TATs are read and where a key's pairs start. Why a
+-- count per key rather than a key index per request: the requests of a key
+-- come together, so a count is one argument per key, not one per request.
+-- The stored format is the one earlier versions of this script wrote and
+-- read, so during a rolling upgrade old and new scripts read each other's
+-- keys exactly; gcra_all.lua reads and writes it too (a script cannot call
+-- another's code, so it has its own copy; TestStoredFormatShared holds the
+-- two together).
 if redis.replicate_commands then
   pcall(redis.replicate_commands) -- Redis < 5: replicate effects, not the TIME-reading script
 end
@@ -40,9 +43,29 @@ local t = redis.call('TIME')
 local now_s = t[1] + 0
 local now_ns = t[2] * 1000
 
-if #KEYS == 1 then
+-- One key: GET, and ARGV is its pairs alone. Several: one MGET for every
+-- key's TAT (a key that holds another type reads as no key there, where
+-- GET would fail the script; keys under the store's prefix are the
+-- store's own), and ARGV a count before each key's pairs.
+local one = #KEYS == 1
+local vals
+if not one then
+  vals = redis.call('MGET', unpack(KEYS))
+end
+-- One key and one request: an integer reply, no table (the latency path).
+local single = #ARGV == 2
+local reply, i = 0, 1
+if not single then
+  reply = {}
+end
+for k = 1, #KEYS do
+  local v
+  if one then
+    v = redis.call('GET', KEYS[1])
+  else
+    v = vals[k]
+  end
   local ahead = 0 -- max(TAT - now, 0): a bucket never holds more than full
-  local v = redis.call('GET', KEYS[1])
   if v then
     local sp = string.find(v, ' ', 1, true)
     if sp then
@@ -52,75 +75,33 @@ if #KEYS == 1 then
     end
   end
 
-  local debt, reply = ahead
-  if #ARGV == 2 then
-    local next = ahead + ARGV[1]
-    if next <= ARGV[2] + 0 then
-      debt, reply = next, next
-    else
-      reply = -ahead - 1
-    end
+  local debt, last = ahead
+  if one then
+    last = #ARGV + 1
   else
-    reply = {}
-    for i = 1, #ARGV, 2 do
-      local next = debt + ARGV[i]
-      if next <= ARGV[i + 1] + 0 then
-        debt = next
-        reply[#reply + 1] = next
-      else
-        reply[#reply + 1] = -debt - 1
-      end
+    last = i + 2 * ARGV[i] -- ARGV[i]: the key's request count; its pairs follow
+    i = i + 1
+  end
+  while i < last do
+    local next = debt + ARGV[i]
+    local r = -debt - 1
+    if next <= ARGV[i + 1] + 0 then
+      debt, r = next, next
     end
+    if single then
+      reply = r
+    else
+      reply[#reply + 1] = r
+    end
+    i = i + 2
   end
 
   if debt > ahead then -- something was allowed (cost·T ≥ 1)
     local total = now_ns + debt
     local carry = math.floor(total / 1000000000)
-    redis.call('SET', KEYS[1],
-      string.format('%d %d', now_s + carry, total - carry * 1000000000),
-      'PX', math.ceil(debt / 1000000)) -- expire exactly when full: nothing is lost
-  end
-  return reply
-end
-
--- Several keys: each as above, in a loop. Why not one function for both
--- paths: a local function is a closure made at every run, and a lone call
--- (one key, one request) is the latency path; it stays as it was. Why
--- MGET: one redis.call for every key's TAT. A key that holds another type
--- reads as no key here (GET would fail the script); keys under the store's
--- prefix are the store's own.
-local vals = redis.call('MGET', unpack(KEYS))
-local reply, i = {}, 1
-for k = 1, #KEYS do
-  local ahead = 0
-  local v = vals[k]
-  if v then
-    local sp = string.find(v, ' ', 1, true)
-    if sp then
-      local d = (string.sub(v, 1, sp - 1) - now_s) * 1000000000
-        + (string.sub(v, sp + 1) - now_ns)
-      if d > 0 then ahead = d end
-    end
-  end
-  local debt = ahead
-  local last = i + 2 * ARGV[i] -- ARGV[i]: the key's request count; its pairs follow
-  i = i + 1
-  while i < last do
-    local next = debt + ARGV[i]
-    if next <= ARGV[i + 1] + 0 then
-      debt = next
-      reply[#reply + 1] = next
-    else
-      reply[#reply + 1] = -debt - 1
-    end
-    i = i + 2
-  end
-  if debt > ahead then
-    local total = now_ns + debt
-    local carry = math.floor(total / 1000000000)
     redis.call('SET', KEYS[k],
       string.format('%d %d', now_s + carry, total - carry * 1000000000),
-      'PX', math.ceil(debt / 1000000))
+      'PX', math.ceil(debt / 1000000)) -- expire exactly when full: nothing is lost
   end
 end
 return reply

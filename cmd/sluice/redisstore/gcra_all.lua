@@ -7,6 +7,9 @@
 -- Returns  {spent, v1, v2, ...}: spent is 1 when every request passed and
 --          all were written, else 0 and nothing was; vi is as gcra.lua's
 --          reply: allowed, TAT' − now (> 0); denied, −(debt) − 1 (< 0).
+-- The TAT is stored as gcra.lua stores it ("SECONDS NANOS"), read and
+-- written here with a copy of its code: a script cannot call another's.
+-- TestStoredFormatShared holds the two copies together.
 if redis.replicate_commands then
   pcall(redis.replicate_commands)
 end

@@ -101,11 +101,8 @@ func Open(url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	o := collect(opts)
-	opt.MaxRetries = -1
-	opt.DialerRetries = 1
-	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
-	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true
+	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
+		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
 	return renewable(func() redis.UniversalClient { return redis.NewClient(opt) }, o.timeout), nil
 }
 
@@ -120,15 +117,21 @@ func collect(opts []Option) options {
 	return o
 }
 
-// failFast fills in the settings that Open and OpenCluster share where the
-// URL left them unset. Why shorter timeouts than go-redis's defaults (5 s
-// dial, 3 s I/O): a limiter on the request path must answer or fail fast.
-// Why RESP2: the script returns a flat integer array either way, and RESP3
-// makes go-redis check every reply for push notifications (about 6% of the
-// request's CPU, profiled). The callers also set ContextTimeoutEnabled (the
-// service's per-request deadline in ctx bounds the socket read too) and
-// DisableIdentity (no CLIENT SETINFO round trip on old servers).
-func failFast(timeout time.Duration, dial, read, write *time.Duration, protocol *int) {
+// failFast sets what Open, OpenCluster and OpenSentinel share, given the
+// fields of their go-redis options type (three types with the same
+// settings): no command retries and one dial (see Open), the dial, read
+// and write timeouts and RESP2 where the URL left them unset,
+// ContextTimeoutEnabled (the service's per-request deadline in ctx bounds
+// the socket read too) and DisableIdentity (no CLIENT SETINFO round trip on
+// old servers). Why shorter timeouts than go-redis's defaults (5 s dial,
+// 3 s I/O): a limiter on the request path must answer or fail fast. Why
+// RESP2: the script returns a flat integer array either way, and RESP3
+// makes go-redis check every reply for push notifications, client CPU on
+// every call for nothing.
+func failFast(timeout time.Duration, maxRetries, dialerRetries, protocol *int,
+	dial, read, write *time.Duration, contextTimeout, noIdentity *bool) {
+	*maxRetries = -1
+	*dialerRetries = 1
 	for _, d := range []*time.Duration{dial, read, write} {
 		if *d == 0 {
 			*d = timeout
@@ -137,6 +140,8 @@ func failFast(timeout time.Duration, dial, read, write *time.Duration, protocol 
 	if *protocol == 0 {
 		*protocol = 2
 	}
+	*contextTimeout = true
+	*noIdentity = true
 }
 
 // OpenCluster connects to a Redis Cluster. The URL has Open's form with the
@@ -164,12 +169,9 @@ func OpenCluster(url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: %w", err)
 	}
 	o := collect(opts)
-	opt.MaxRetries = -1
+	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
+		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
 	opt.MaxRedirects = -1
-	opt.DialerRetries = 1
-	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
-	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true
 	return renewable(func() redis.UniversalClient { return redis.NewClusterClient(opt) }, o.timeout), nil
 }
 

@@ -29,11 +29,8 @@ func OpenSentinel(rawURL string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	o := collect(opts)
-	opt.MaxRetries = -1
-	opt.DialerRetries = 1
-	failFast(o.timeout, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.Protocol)
-	opt.ContextTimeoutEnabled = true
-	opt.DisableIdentity = true
+	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
+		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
 	return renewable(func() redis.UniversalClient { return redis.NewFailoverClient(opt) }, o.timeout), nil
 }
 

@@ -99,3 +99,42 @@ func TestRedisReadsUnpaddedNanoseconds(t *testing.T) {
 	assert.GreaterOrEqual(t, r.ResetAfter, want-late)
 	assert.Equal(t, 5, int(r.ResetAfter%1000), "the 5 ns count: Redis's clock has microseconds, so only the TAT has a ns digit")
 }
+
+// TestStoredFormatShared: gcra.lua (Allow) and gcra_all.lua (DecideAll)
+// each read and write a key's TAT with their own copy of the code (scripts
+// cannot share it); each reads what the other wrote exactly: alternating
+// requests of one token drain a bucket of ten one token at a time, and the
+// eleventh is denied by both, with the same figures.
+func TestStoredFormatShared(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	p := store.Policy{Rate: 1.0 / 3600, Burst: 10} // no refill to speak of within the test
+	T := time.Duration(p.Interval())
+	allow := func(i int) store.Result {
+		r, err := s.Allow(ctx, "shared", 1, p)
+		require.NoError(t, err, "request %d", i)
+		return r
+	}
+	all := func(i int) store.Result {
+		out := make([]store.Result, 1)
+		_, err := s.DecideAll(ctx, []store.Request{{Key: "shared", Cost: 1, Policy: p}}, true, out)
+		require.NoError(t, err, "request %d", i)
+		return out[0]
+	}
+	for i := range 10 {
+		decide := allow
+		if i%2 == 1 {
+			decide = all
+		}
+		r := decide(i)
+		require.True(t, r.Allowed, "request %d", i)
+		assert.InDelta(t, float64(9-i), r.Remaining, 0.001, "request %d", i)
+		assert.InDelta(t, float64(i+1), r.ResetAfter.Seconds()/T.Seconds(), 0.001, "request %d", i)
+	}
+	for i, r := range []store.Result{allow(10), all(11)} {
+		assert.False(t, r.Allowed, "request %d", 10+i)
+		assert.InDelta(t, 10, r.ResetAfter.Seconds()/T.Seconds(), 0.001, "request %d", 10+i)
+		assert.InDelta(t, 1, r.RetryAfter.Seconds()/T.Seconds(), 0.001, "request %d", 10+i)
+	}
+}

@@ -1,10 +1,6 @@
 package service
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/sluice-go/sluice/store"
-)
+import "github.com/sluice-go/sluice/store"
 
 // EvictionReporter is implemented by stores whose limits can loosen under
 // pressure (the shm store: a table with more live keys than slots evicts
@@ -13,42 +9,6 @@ import (
 // (answered open, or closed) counted by this process.
 type EvictionReporter interface {
 	Evictions(p store.Policy) (evicted, contended uint64)
-}
-
-// evictionCollector exposes an EvictionReporter's counts per policy as
-// sluice_evictions_total and sluice_contended_total, read at scrape time
-// (the store counts; nothing is added on the request path).
-type evictionCollector struct {
-	r        EvictionReporter
-	policies []store.Policy // one per policy name
-	evicted  *prometheus.Desc
-	contend  *prometheus.Desc
-}
-
-func newEvictionCollector(r EvictionReporter, policies []store.Policy) *evictionCollector {
-	return &evictionCollector{
-		r:        r,
-		policies: policies,
-		evicted: prometheus.NewDesc("sluice_evictions_total",
-			"Live buckets the store evicted to make room for new keys (the evicted key starts over full: the limit loosened); raise -shm-slots if this grows.",
-			[]string{"policy"}, nil),
-		contend: prometheus.NewDesc("sluice_contended_total",
-			"Decisions the store gave up under contention on one key and answered without deciding (allowed unless the table fails closed).",
-			[]string{"policy"}, nil),
-	}
-}
-
-func (c *evictionCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.evicted
-	ch <- c.contend
-}
-
-func (c *evictionCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, p := range c.policies {
-		ev, co := c.r.Evictions(p)
-		ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.CounterValue, float64(ev), p.Name)
-		ch <- prometheus.MustNewConstMetric(c.contend, prometheus.CounterValue, float64(co), p.Name)
-	}
 }
 
 // policyList returns the server's policies, one per name, default first.

@@ -59,3 +59,25 @@ func TestEvictionsVisible(t *testing.T) {
 	assert.Equal(t, service.PolicyEvictions{Evicted: 12}, stats.Policies["default"])
 	assert.Contains(t, stats.Policies, "vip")
 }
+
+// TestTableSeriesOnlyForTableStores: a store that reports neither
+// evictions nor slot health (memory) gets none of their series, while the
+// shm store above gets both families from one collector.
+func TestTableSeriesOnlyForTableStores(t *testing.T) {
+	mem := store.NewMemory()
+	t.Cleanup(func() { mem.Close() })
+	srv, err := service.New(service.Config{Store: mem, Default: store.Policy{Rate: 1, Burst: 1},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	resp, err := ts.Client().Get(ts.URL + "/metrics")
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(body), "sluice_decisions_total", "the registry is served")
+	for _, name := range []string{"sluice_evictions_total", "sluice_contended_total", "sluice_locked_slots",
+		"sluice_recovered_locks_total", "sluice_corrupt_words_total"} {
+		assert.NotContains(t, string(body), name)
+	}
+}

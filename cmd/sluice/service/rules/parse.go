@@ -338,18 +338,41 @@ func (p *parser) boolean(v *yaml.Node, field string, out *bool) error {
 	return nil
 }
 
+// uint32From reads a whole number (see wholeNumber) from lo to
+// math.MaxUint32 into out. v is a node deref has followed: the caller keeps it
+// for later errors.
+func (p *parser) uint32From(v *yaml.Node, field string, lo int64, out *uint32) error {
+	n, ok := wholeNumber(v)
+	if !ok || n < lo || n > math.MaxUint32 {
+		return p.errf(v, field, "%q is not a whole number from %d to %d", v.Value, lo, uint32(math.MaxUint32))
+	}
+	*out = uint32(n)
+	return nil
+}
+
+// list returns the items of a YAML list (through aliases); null (a key
+// with nothing after it) is an empty list. what names the items, for the
+// error.
+func (p *parser) list(seq *yaml.Node, path, what string) ([]*yaml.Node, error) {
+	seq = deref(seq)
+	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
+		return nil, nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return nil, p.errf(seq, path, "want a list of %s", what)
+	}
+	return seq.Content, nil
+}
+
 // descriptors reads a list of descriptors into a level; aliased says the list
 // is (inside) an expanded alias.
 func (p *parser) descriptors(seq *yaml.Node, path, domain string, parent []Level, into level, aliased bool) error {
 	aliased = aliased || seq.Kind == yaml.AliasNode
-	seq = deref(seq)
-	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
-		return nil
+	items, err := p.list(seq, path, "descriptors")
+	if err != nil {
+		return err
 	}
-	if seq.Kind != yaml.SequenceNode {
-		return p.errf(seq, path, "want a list of descriptors")
-	}
-	for i, d := range seq.Content {
+	for i, d := range items {
 		if aliased || d.Kind == yaml.AliasNode {
 			if p.aliased++; p.aliased > maxAliased {
 				return p.errf(d, path, "more than %d descriptors through aliases (aliases expanding without end?)", maxAliased)
@@ -479,26 +502,14 @@ func (p *parser) rateLimit(m *yaml.Node, path, domain string, levels []Level) (*
 			unitNode = v
 			return p.str(v, f, &unit)
 		case "requests_per_unit":
-			v = deref(v)
-			rpuNode = v
-			n, ok := wholeNumber(v)
-			if !ok || n < 0 || n > math.MaxUint32 {
-				return p.errf(v, f, "%q is not a whole number from 0 to %d", v.Value, uint32(math.MaxUint32))
-			}
-			r.RequestsPerUnit = uint32(n)
-			return nil
+			rpuNode = deref(v)
+			return p.uint32From(rpuNode, f, 0, &r.RequestsPerUnit)
 		case "unlimited":
 			unlNode = v
 			return p.boolean(v, f, &r.Unlimited)
 		case "unit_multiplier":
-			v = deref(v)
-			multNode = v
-			n, ok := wholeNumber(v)
-			if !ok || n < 1 || n > math.MaxUint32 {
-				return p.errf(v, f, "%q is not a whole number from 1 to %d", v.Value, uint32(math.MaxUint32))
-			}
-			r.UnitMultiplier = uint32(n)
-			return nil
+			multNode = deref(v)
+			return p.uint32From(multNode, f, 1, &r.UnitMultiplier)
 		case "name":
 			return p.str(v, f, &r.Name)
 		case "replaces":
@@ -607,14 +618,11 @@ func wholeNumber(v *yaml.Node) (int64, bool) {
 // replaces reads rate_limit.replaces: a list of {name: NAME}. An empty name
 // is refused, as envoyproxy/ratelimit does.
 func (p *parser) replaces(seq *yaml.Node, path string, out *[]string) error {
-	seq = deref(seq)
-	if seq.Kind == yaml.ScalarNode && seq.Tag == "!!null" {
-		return nil
+	items, err := p.list(seq, path, "{name: NAME}")
+	if err != nil {
+		return err
 	}
-	if seq.Kind != yaml.SequenceNode {
-		return p.errf(seq, path, "want a list of {name: NAME}")
-	}
-	for i, e := range seq.Content {
+	for i, e := range items {
 		f := fmt.Sprintf("%s[%d]", path, i)
 		var name string
 		err := p.fields(e, f, func(key string, k, v *yaml.Node) error {
