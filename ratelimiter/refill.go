@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/queue"
@@ -44,7 +43,6 @@ type bucket struct {
 	mono   bool      // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
 	origin int64     // when mono, monotime.Now() just before epoch was read
 	epoch  time.Time // the first reading; the origin of every later one when mono, and of the fast word's
-	alarm  *alarm.Alarm
 	fast   atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
 
 	rate     float64   // tokens per second, as given
@@ -198,22 +196,11 @@ func (b *bucket) restart(now time.Time) {
 	}
 }
 
-// Demand arms the alarm for the instant the head's need has accrued.
-func (b *bucket) Demand(now time.Time, need int64) {
-	b.hold() // Close tells the Source nobody waits: the state stays held from then on
-	if need <= 0 {
-		b.alarm.Clear()
-		return
-	}
-	b.alarm.Set(now, b.base.Add(b.due(b.credited+need)))
-}
-
-func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
+// Due is the instant the (n − avail)-th token after those credited
+// accrues.
+func (b *bucket) Due(_ time.Time, avail, n int64) (time.Time, bool) {
 	b.hold()
-	if avail >= n {
-		return 0
-	}
-	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
+	return b.base.Add(b.due(b.credited + n - avail)), true
 }
 
 func (b *bucket) Take(int64) int64 { return 0 }

@@ -63,7 +63,7 @@ func New(n int64) *Semaphore {
 		panic(fmt.Sprintf("semaphore: New(%d): negative size", n))
 	}
 	s := &Semaphore{size: n}
-	s.q.Init("semaphore.Acquire", n, nil)
+	s.q.Init(queue.Config{Reason: "semaphore.Acquire", Avail: n})
 	return s
 }
 

@@ -40,7 +40,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/queue"
 )
@@ -67,7 +66,6 @@ type Ticker struct {
 // grid is the Ticker's Source: its state is guarded by the queue's lock.
 type grid struct {
 	clock    loopctx.Clock
-	alarm    *alarm.Alarm
 	period   time.Duration
 	origin   time.Time // New's Now: a granted boundary is carried as its offset from origin
 	start    time.Time // boundary k is start + k·period
@@ -127,8 +125,7 @@ func New(ctx context.Context, period time.Duration, opts ...Option) (*Ticker, er
 	t.g.clock = loopctx.ClockOf(ctx, cfg.clock)
 	t.g.period, t.g.start = period, t.g.clock.Now()
 	t.g.origin = t.g.start
-	t.q = queue.New("ticker.Next", 0, &t.g)
-	t.g.alarm = alarm.New(t.g.clock, t.q.Refill)
+	t.q = queue.New(queue.Config{Reason: "ticker.Next", Source: &t.g, Clock: t.g.clock})
 	t.stopWatch = loopctx.AfterRun(ctx, func() { t.q.Close(ErrStopped) })
 	return t, nil
 }
@@ -157,19 +154,11 @@ func (g *grid) Fill(now time.Time, avail, _ int64, _ bool) int64 {
 	return 1
 }
 
-func (g *grid) Demand(now time.Time, need int64) {
-	if need <= 0 {
-		g.alarm.Clear()
-		return
-	}
-	g.alarm.Set(now, g.boundary(g.last+1))
-}
-
-// Until says "now" always: a Next with a deadline before the next boundary
-// waits until that deadline, as a select on a time.Ticker and a timer would,
-// rather than fail early as a limiter does (a Reset may bring the boundary
-// closer meanwhile).
-func (g *grid) Until(time.Time, int64, int64) time.Duration { return 0 }
+// Due is the next boundary. (The queue is not told to fail early: a Next
+// with a deadline before it waits until that deadline, as a select on a
+// time.Ticker and a timer would, since a Reset may bring the boundary
+// closer meanwhile.)
+func (g *grid) Due(time.Time, int64, int64) (time.Time, bool) { return g.boundary(g.last + 1), true }
 
 // Take delivers boundary last; the mark is its offset from origin, which a
 // later Reset does not change.

@@ -24,10 +24,9 @@ type capSource struct {
 	kept     int64 // of those, units Return kept free
 }
 
-func (s *capSource) Now() time.Time                              { return time.Time{} }
-func (s *capSource) Demand(time.Time, int64)                     {}
-func (s *capSource) Until(time.Time, int64, int64) time.Duration { return 0 }
-func (s *capSource) Take(int64) int64                            { return 0 }
+func (s *capSource) Now() time.Time                                  { return time.Time{} }
+func (s *capSource) Due(now time.Time, _, _ int64) (time.Time, bool) { return now, true }
+func (s *capSource) Take(int64) int64                                { return 0 }
 func (s *capSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 {
 	avail, s.pending = avail+s.pending, 0
 	return avail
@@ -49,7 +48,7 @@ func (s *capSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
 func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 	run(t, func(ctx context.Context) error {
 		src := &capSource{limit: 1}
-		q := queue.New("test", 0, src)
+		q := queue.New(queue.Config{Reason: "test", Source: src, Clock: mockClock()})
 		actx, cancelA := context.WithCancel(ctx)
 		a := sched.Go(ctx, func(context.Context) error { _, err := q.Acquire(actx, 3); return err })
 		var granted []string

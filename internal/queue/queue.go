@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/waitq"
 	"github.com/sluice-go/sluice/sched"
 )
@@ -26,15 +28,18 @@ import (
 // to the head under the queue's lock, cancellation (a waiter leaves from
 // anywhere in the queue, and its leaving may let those behind it go), the
 // hand-back (a caller whose ctx ended before Acquire returned gives its
-// grant back), and Close. An owner keeps only its own accounting, in its
-// Source.
+// grant back), Close, and the refill alarm: armed, while a head waits, for
+// the instant its Source says the head's units are due, and cleared when
+// nobody waits. An owner keeps only its own accounting, in its Source.
 //
 // A Queue is safe for use by many goroutines and fibers at once. The zero
 // value is an empty queue with no free units and no Source.
 type Queue struct {
-	src    Source
-	settle Settler // src, when it is a Settler; else nil
-	reason string  // what a parked caller waits for, in a sched.DeadlockError
+	src       Source
+	settle    Settler      // src, when it is a Settler; else nil
+	alarm     *alarm.Alarm // calls refill when the head's units are due; nil without a Source
+	reason    string       // what a parked caller waits for, in a sched.DeadlockError
+	failEarly bool         // see Config.FailEarly
 
 	mu     sync.Mutex                   // guards the fields below and the Source's state
 	avail  int64                        // free units
@@ -56,17 +61,14 @@ type Source interface {
 	// about to be asked for (a caller's n, the head waiter's n; 0 when only
 	// looking); waiting reports whether anyone waits.
 	Fill(now time.Time, avail, want int64, waiting bool) int64
-	// Demand tells the source how many more units than avail the head of
-	// the queue needs (0: nobody waits). A source arms its timer for the
-	// instant they will be there, and disarms it at 0: a timer runs only
-	// while someone waits.
-	Demand(now time.Time, need int64)
-	// Until returns how long from now until n units are free if nobody
-	// else waited, or a negative duration if they never will be. Acquire
-	// fails at once, with an error matching context.DeadlineExceeded, when
-	// that is past ctx's deadline; a Source whose waits should last until
-	// the deadline whatever happens returns 0.
-	Until(now time.Time, avail, n int64) time.Duration
+	// Due returns the instant at which n units will be free, avail being
+	// free now (avail < n), if nobody else takes any: the queue arms its
+	// alarm for it while a head of n waits, and with Config.FailEarly
+	// fails at once a wait whose ctx ends before it. ok is false when the
+	// Source cannot say they will ever be there (a shared bucket whose
+	// policy refuses n): such a wait fails at once with FailEarly, and at
+	// is when the alarm asks the Source again.
+	Due(now time.Time, avail, n int64) (at time.Time, ok bool)
 	// Take is told of a grant of n units and returns a mark that Acquire
 	// reports to its caller (a ticker's boundary).
 	Take(n int64) (mark int64)
@@ -102,20 +104,41 @@ type Settler interface {
 	Settle(now time.Time, avail int64) int64
 }
 
-// New returns a queue with avail free units, fed by src (nil for none:
-// units then come only from Release). reason names the wait in a
-// sched.DeadlockError, for example "ratelimiter.Acquire".
-func New(reason string, avail int64, src Source) *Queue {
+// Config is what an owner tells New about its queue.
+type Config struct {
+	// Reason names the wait in a sched.DeadlockError, for example
+	// "ratelimiter.Acquire".
+	Reason string
+	// Avail is the number of free units at the start.
+	Avail int64
+	// Source produces the units over time; nil for none (units then come
+	// only from Release).
+	Source Source
+	// Clock runs the refill alarm; required with a Source.
+	Clock loopctx.Clock
+	// FailEarly makes Acquire fail at once, with an error matching
+	// context.DeadlineExceeded, when the Source says the units cannot be
+	// due before ctx's deadline (a rate limiter's rule, as x/time/rate's
+	// Wait). Without it a wait lasts until its deadline (a ticker's: a
+	// Reset may bring the boundary closer meanwhile).
+	FailEarly bool
+}
+
+// New returns a queue set up as cfg says.
+func New(cfg Config) *Queue {
 	q := &Queue{}
-	q.Init(reason, avail, src)
+	q.Init(cfg)
 	return q
 }
 
 // Init sets up a zero Queue as New does, for an owner that holds its Queue
 // by value (one allocation and one pointer fewer on every call).
-func (q *Queue) Init(reason string, avail int64, src Source) {
-	q.reason, q.avail, q.src = reason, avail, src
-	q.settle, _ = src.(Settler)
+func (q *Queue) Init(cfg Config) {
+	q.reason, q.avail, q.src, q.failEarly = cfg.Reason, cfg.Avail, cfg.Source, cfg.FailEarly
+	q.settle, _ = cfg.Source.(Settler)
+	if cfg.Source != nil {
+		q.alarm = alarm.New(cfg.Clock, q.Refill)
+	}
 }
 
 // TakeFree takes n units if they are free and nobody waits, for a queue
@@ -345,17 +368,21 @@ func (q *Queue) tryLocked(now time.Time, n int64) (mark int64, ok bool, err erro
 // checkDeadline fails a wait that cannot end before ctx's deadline even if
 // every caller ahead gave up. q.mu is held.
 func (q *Queue) checkDeadline(ctx context.Context, now time.Time, n int64) error {
-	if q.src == nil {
+	if !q.failEarly || q.avail >= n {
 		return nil
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return nil
 	}
+	at, due := q.src.Due(now, q.avail, n)
+	d := max(at.Sub(now), 0)
 	// Strictly before: at the deadline instant itself the ctx has ended.
-	d := q.src.Until(now, q.avail, n)
-	if d >= 0 && now.Add(d).Before(deadline) {
+	if due && now.Add(d).Before(deadline) {
 		return nil
+	}
+	if !due {
+		d = -1
 	}
 	return q.deadlineError(n, d, deadline.Sub(now))
 }
@@ -439,7 +466,8 @@ type State struct {
 }
 
 // serveLocked grants units to the waiters from the head while the head's
-// request is covered, then tells the Source what the new head needs.
+// request is covered, then arms the alarm for the instant the new head's
+// units are due, or clears it when nobody waits.
 // Strict FIFO: a large request at the head blocks smaller ones behind it,
 // so a steady trickle of small requests can never starve a large one.
 // q.mu is held.
@@ -472,15 +500,16 @@ func (q *Queue) serveLocked(now time.Time) {
 	if q.src == nil {
 		return
 	}
-	var need int64
 	if head := q.queue.Front(); head != nil {
-		need = head.n - q.avail
+		// The loop above stopped at it: head.n > q.avail.
+		at, _ := q.src.Due(now, q.avail, head.n)
+		q.alarm.Set(now, at)
 	} else {
 		// Nobody waits: let the Source cap what it keeps (a bucket holds
 		// at most its burst).
 		q.avail = q.src.Fill(now, q.avail, 0, false)
+		q.alarm.Clear()
 	}
-	q.src.Demand(now, need)
 	q.settleLocked(now)
 }
 
@@ -567,8 +596,8 @@ func (wt *waiter) cancel() {
 	q.mu.Unlock()
 }
 
-// Close fails every parked Acquire and every later one with err, tells the
-// Source nobody waits, and reports whether it was the first Close (only the
+// Close fails every parked Acquire and every later one with err, clears the
+// alarm, and reports whether it was the first Close (only the
 // first has an effect). Units keep their accounting: Release still works.
 func (q *Queue) Close(err error) bool {
 	now := q.now()
@@ -591,8 +620,8 @@ func (q *Queue) Close(err error) bool {
 		wt.err = err
 		wt.w.Wake() // false: it was cancelled meanwhile and returns ctx.Err()
 	}
-	if q.src != nil {
-		q.src.Demand(now, 0)
+	if q.alarm != nil {
+		q.alarm.Clear()
 	}
 	return true
 }

@@ -19,7 +19,7 @@ import (
 // while someone waits, or after Close.
 type wordSource struct {
 	word    atomic.Int64 // free units while settled; -1 while the queue holds them
-	waiting bool         // the last Demand asked for units; guarded by the queue's lock
+	waiting bool         // the last Fill was told someone waits; guarded by the queue's lock
 	closed  bool
 	misuse  []string
 }
@@ -50,16 +50,14 @@ func (s *wordSource) hold(avail int64) int64 {
 	return avail
 }
 
-func (s *wordSource) Now() time.Time                                 { return time.Time{} }
-func (s *wordSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 { return s.hold(avail) }
-func (s *wordSource) Until(time.Time, int64, int64) time.Duration    { return 0 }
-func (s *wordSource) Take(int64) int64                               { return 0 }
-func (s *wordSource) Return(_, _ time.Time, avail, n, _ int64) int64 { return s.hold(avail) + n }
-
-func (s *wordSource) Demand(_ time.Time, need int64) {
-	s.hold(0)
-	s.waiting = need > 0
+func (s *wordSource) Now() time.Time { return time.Time{} }
+func (s *wordSource) Fill(_ time.Time, avail, _ int64, waiting bool) int64 {
+	s.waiting = waiting
+	return s.hold(avail)
 }
+func (s *wordSource) Due(now time.Time, _, _ int64) (time.Time, bool) { return now, true }
+func (s *wordSource) Take(int64) int64                                { return 0 }
+func (s *wordSource) Return(_, _ time.Time, avail, n, _ int64) int64  { return s.hold(avail) + n }
 
 func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
 	if s.waiting {
@@ -80,7 +78,7 @@ func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
 func TestSettlerHoldsWhileAnyoneWaits(t *testing.T) {
 	src := &wordSource{}
 	src.word.Store(3)
-	q := queue.New("test", 0, src)
+	q := queue.New(queue.Config{Reason: "test", Source: src, Clock: mockClock()})
 	ok, decided := src.take(1)
 	require.True(t, ok && decided)
 	_, ok = q.TryAcquire(1) // under the lock: holds, takes, hands back
