@@ -219,7 +219,7 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	}
 	c := loopctx.ClockOf(ctx, cfg.clock)
 	l := &Limiter{}
-	var full int64
+	var full int64 // the queue's free tokens: none of a shared bucket's are this process's yet
 	if cfg.shared != nil {
 		l.src = newShared(c, cfg.shared)
 	} else {
@@ -233,15 +233,8 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		b.base = c.Now()
 		b.epoch = b.base
 		l.src, l.b = b, b
+		b.fast.Store(newFastWord(b.nanoRate, b.burst)) // the queue settles the full bucket into it
 		full = int64(burst)
-		if f := newFastWord(b.nanoRate, b.burst); f != nil {
-			// Full at the epoch: TAT 0, and the queue holds nothing.
-			f.tat.Store(0)
-			b.fast.Store(f)
-			full = 0
-		} else {
-			b.held = true
-		}
 	}
 	l.q = queue.New(queue.Config{Reason: "ratelimiter.Acquire", Avail: full, Source: l.src, Clock: c, FailEarly: true})
 	l.stopWatch = loopctx.AfterRun(ctx, func() { l.q.Close(ErrStopped) })

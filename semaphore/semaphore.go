@@ -92,10 +92,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
-	// The fast path: a Semaphore has no Source, so free permits need no
-	// refill (Queue.Acquire repeats this check before it parks).
-	if ctx.Err() == nil && s.q.TakeFree(n) {
-		return nil
+	// Permits free and nobody waiting: taken without the parking path's
+	// larger call (Acquire repeats this check before it parks).
+	if ctx.Err() == nil {
+		if _, ok := s.q.TryAcquire(n); ok {
+			return nil
+		}
 	}
 	_, err := s.q.Acquire(ctx, n)
 	return err
@@ -108,7 +110,8 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	return s.q.TakeFree(n)
+	_, ok := s.q.TryAcquire(n)
+	return ok
 }
 
 // Release returns n permits and hands them to the waiters at the head of the
@@ -119,7 +122,7 @@ func (s *Semaphore) Release(n int64) {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: Release with negative n=%d", n))
 	}
-	if held, ok := s.q.ReleaseUpTo(n, s.size); !ok {
+	if held, ok := s.q.Release(n, s.size); !ok {
 		panic(fmt.Sprintf("semaphore: Release(%d) with only %d permits held", n, held))
 	}
 }

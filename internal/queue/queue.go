@@ -37,6 +37,7 @@ import (
 type Queue struct {
 	src       Source
 	settle    Settler      // src, when it is a Settler; else nil
+	settled   bool         // settle has the state (and the free units) in its word; guarded by mu
 	alarm     *alarm.Alarm // calls refill when the head's units are due; nil without a Source
 	reason    string       // what a parked caller waits for, in a sched.DeadlockError
 	failEarly bool         // see Config.FailEarly
@@ -49,7 +50,9 @@ type Queue struct {
 
 // A Source produces a Queue's units lazily, from its clock: nothing ticks
 // while nobody looks. Every method but Now is called with the queue's lock
-// held, which also guards the Source's own state; they must not block.
+// held, which also guards the Source's own state; they must not block. A
+// Source says what its units are and when they come; the queue does the
+// rest (the waiting, the alarm, and with a Settler, the hand-over).
 type Source interface {
 	// Now reads the source's clock. The queue calls it before taking its
 	// lock, so that a clock read (tens of nanoseconds on some machines) is
@@ -87,21 +90,25 @@ type Source interface {
 // A Settler is a Source that can keep its state, and the queue's free
 // units, outside the queue's lock while nobody waits: in a word of its own
 // that its owner updates lock-free (a rate limiter's one-CAS path for a
-// token that is there). Such a Source must bring that state back under the
-// lock by itself, in whichever of its methods the queue calls first in an
-// operation, adding it to the avail it is given (the queue's units are
-// additive, so what the queue holds meanwhile stays its own).
+// token that is there). The queue decides when the word has the state:
 //
-// Settle is called with the lock held at the end of an operation that
-// leaves the queue open with nobody waiting. It returns the free units the
-// queue keeps: 0 when the source took them all into its word, avail when
-// it keeps the state under the lock. Between a Settle that returned 0 and
-// the next locked call the queue's units are the source's, so a fast path
-// outside the lock may decide only while the source holds them: never while
-// anyone waits or after Close, and nobody is passed.
+//   - Settle is called with the lock held at the end of every operation
+//     that leaves the queue open with nobody waiting (and by Init). It
+//     reports whether the Settler took the state, with the avail free
+//     units, into its word; the queue then keeps 0 free units until Hold.
+//     False: the state stays under the lock.
+//   - Hold is called with the lock held at the start of every operation
+//     after a Settle that took the state, before any other method: it
+//     brings the state back under the lock (from then on a fast path
+//     outside the lock must refuse to decide) and returns the free units
+//     the word had.
+//
+// So a fast path outside the lock decides only while nobody waits and
+// before Close, and never passes a parked caller.
 type Settler interface {
 	Source
-	Settle(now time.Time, avail int64) int64
+	Settle(avail int64) bool
+	Hold() (avail int64)
 }
 
 // Config is what an owner tells New about its queue.
@@ -112,7 +119,7 @@ type Config struct {
 	// Avail is the number of free units at the start.
 	Avail int64
 	// Source produces the units over time; nil for none (units then come
-	// only from Release).
+	// only from Release). A Settler is offered the state at once.
 	Source Source
 	// Clock runs the refill alarm; required with a Source.
 	Clock loopctx.Clock
@@ -137,49 +144,34 @@ func (q *Queue) Init(cfg Config) {
 	q.reason, q.avail, q.src, q.failEarly = cfg.Reason, cfg.Avail, cfg.Source, cfg.FailEarly
 	q.settle, _ = cfg.Source.(Settler)
 	if cfg.Source != nil {
-		q.alarm = alarm.New(cfg.Clock, q.Refill)
+		q.alarm = alarm.New(cfg.Clock, q.refill)
 	}
+	q.settleLocked()
 }
 
-// TakeFree takes n units if they are free and nobody waits, for a queue
-// without a Source (a semaphore's): no clock, no refill, no settling. Why
-// apart from TryAcquire: it is small enough to inline into its caller's
-// fast path, which Acquire, with its parking, is not.
-func (q *Queue) TakeFree(n int64) bool {
+// lock takes the queue's lock and, when a Settler's word has the state,
+// brings it back under the lock: every operation that reads or changes the
+// state starts here.
+func (q *Queue) lock() {
 	q.mu.Lock()
-	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
-	if ok {
-		q.avail -= n
+	if q.settled {
+		q.avail, q.settled = q.settle.Hold(), false
 	}
-	q.mu.Unlock()
-	return ok
 }
 
-// ReleaseUpTo is Release for an owner whose free units never exceed max (a
-// semaphore's size): when n would take them past max it adds nothing and
-// returns false with the units held (max less the free ones).
-func (q *Queue) ReleaseUpTo(n, max int64) (held int64, ok bool) {
-	now := q.now()
-	q.mu.Lock()
-	if q.avail+n > max || q.avail+n < q.avail {
-		held = max - q.avail
-		q.mu.Unlock()
-		return held, false
-	}
-	q.avail += n
-	if q.queue.Len() > 0 {
-		q.serveLocked(now)
-	}
+// unlock offers a Settler the state back (when nobody waits on an open
+// queue) and releases the lock: every operation that started with lock
+// ends here.
+func (q *Queue) unlock() {
+	q.settleLocked()
 	q.mu.Unlock()
-	return 0, true
 }
 
-// settleLocked lets a Settler take the state back into its own word at the
-// end of an operation that leaves nobody waiting on an open queue. q.mu is
-// held.
-func (q *Queue) settleLocked(now time.Time) {
-	if q.settle != nil && q.closed == nil && q.queue.Front() == nil {
-		q.avail = q.settle.Settle(now, q.avail)
+// settleLocked lets a Settler take the state into its own word if nobody
+// waits on an open queue. q.mu is held (or q is not shared yet).
+func (q *Queue) settleLocked() {
+	if q.settle != nil && !q.settled && q.closed == nil && q.queue.Front() == nil && q.settle.Settle(q.avail) {
+		q.avail, q.settled = 0, true
 	}
 }
 
@@ -260,18 +252,16 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 //go:noinline
 func (q *Queue) acquireNow(ctx context.Context, n int64) (now time.Time, mark int64, done bool, err error) {
 	now = q.now()
-	q.mu.Lock()
+	q.lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		return now, mark, true, err
 	}
 	if err := q.checkDeadline(ctx, now, n); err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		return now, 0, true, err
 	}
-	q.mu.Unlock()
+	q.unlock()
 	return now, 0, false, nil
 }
 
@@ -286,10 +276,9 @@ func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter
 	wt.q, wt.n, wt.mark, wt.err, wt.granted = q, n, 0, nil, false
 	wt.w.Reason, wt.w.N = q.reason, n
 	wt.w.Prepare(ctx)
-	q.mu.Lock()
+	q.lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		wt.q = nil
 		waiterPool.Put(wt)
 		return nil, mark, err
@@ -298,7 +287,7 @@ func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter
 	if q.queue.Front() == wt {
 		q.serveLocked(now) // a Source may give the new head units at once
 	}
-	q.mu.Unlock()
+	q.unlock()
 	// A standard context makes its Done channel on first use; made here,
 	// the allocation runs before the wait, not deep inside it.
 	ctx.Done()
@@ -405,37 +394,58 @@ func (q *Queue) deadlineError(n int64, d, left time.Duration) error {
 // with the Source's mark of the grant. It fails while any Acquire is parked,
 // even if n units are free (no barging), and once the queue is closed.
 func (q *Queue) TryAcquire(n int64) (mark int64, ok bool) {
-	now := q.now()
-	q.mu.Lock()
+	if q.src == nil {
+		// The free units are all there is: no clock to read, nothing to
+		// fill or settle. Why a path of its own: it is a semaphore's
+		// every uncontended Acquire and TryAcquire.
+		q.mu.Lock()
+		ok = q.closed == nil && q.queue.Len() == 0 && q.avail >= n
+		if ok {
+			q.avail -= n
+		}
+		q.mu.Unlock()
+		return 0, ok
+	}
+	now := q.src.Now()
+	q.lock()
 	mark, ok, err := q.tryLocked(now, n)
-	q.settleLocked(now)
-	q.mu.Unlock()
+	q.unlock()
 	return mark, ok && err == nil
 }
 
-// Release adds n free units and hands them to the waiters at the head of
-// the queue, in order, as far as they go.
-func (q *Queue) Release(n int64) {
+// Release adds n free units, unless that would take them past max (a
+// semaphore's size; math.MaxInt64 for no bound), and hands them to the
+// waiters at the head of the queue, in order, as far as they go. When n
+// would take the free units past max it adds nothing and returns false
+// with the units held (max less the free ones).
+func (q *Queue) Release(n, max int64) (held int64, ok bool) {
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
+	if q.avail+n > max || q.avail+n < q.avail {
+		held = max - q.avail
+		q.unlock()
+		return held, false
+	}
 	q.avail += n
-	q.serveLocked(now)
-	q.mu.Unlock()
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
+	}
+	q.unlock()
+	return 0, true
 }
 
-// Refill asks the Source for what it has produced, serves the waiters it
-// covers, and re-arms the Source for the new head. It is what a Source's
-// timer calls.
-func (q *Queue) Refill() {
+// refill asks the Source for what it has produced, serves the waiters it
+// covers, and re-arms the alarm for the new head. The alarm calls it.
+func (q *Queue) refill() {
 	now := q.now()
-	q.mu.Lock()
-	if q.closed == nil && q.src != nil {
+	q.lock()
+	if q.closed == nil {
 		// No Do(nil): its State would escape to the heap, and a refill is
 		// on every parked caller's path.
 		q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
 		q.serveLocked(now)
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // Do runs f with the queue's lock held, on the queue's state with the free
@@ -446,8 +456,8 @@ func (q *Queue) Refill() {
 // still runs, on the units as they were, and nothing is served.
 func (q *Queue) Do(f func(s *State)) {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	st := State{Now: now, Avail: q.avail, Waiting: q.queue.Len() > 0, Closed: q.closed != nil}
 	if !st.Closed && q.src != nil {
 		st.Avail = q.src.Fill(now, st.Avail, 0, st.Waiting)
@@ -510,7 +520,6 @@ func (q *Queue) serveLocked(now time.Time) {
 		q.avail = q.src.Fill(now, q.avail, 0, false)
 		q.alarm.Clear()
 	}
-	q.settleLocked(now)
 }
 
 // giveBack returns a grant's units to the free count, as far as the Source
@@ -550,19 +559,19 @@ func (q *Queue) leaveLocked(now time.Time) {
 // returned.
 func (q *Queue) handBack(wt *waiter) {
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
 	wt.granted = false
 	q.giveBack(now, wt)
 	q.serveLocked(now)
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
 // reused.
 func (q *Queue) abandon(wt *waiter) {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	switch {
 	case wt.Queued():
 		wasHead := q.queue.Front() == wt
@@ -584,7 +593,7 @@ func (q *Queue) abandon(wt *waiter) {
 func (wt *waiter) cancel() {
 	q := wt.q
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
 	if wt.Queued() {
 		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
@@ -593,7 +602,7 @@ func (wt *waiter) cancel() {
 			q.serveLocked(now)
 		}
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // Close fails every parked Acquire and every later one with err, clears the
@@ -601,8 +610,8 @@ func (wt *waiter) cancel() {
 // first has an effect). Units keep their accounting: Release still works.
 func (q *Queue) Close(err error) bool {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	if q.closed != nil {
 		return false
 	}
@@ -636,7 +645,7 @@ func (q *Queue) Closed() error {
 // Available returns the number of free units, as last brought up to date.
 // Units may be free while callers wait: the head needs more than are free.
 // With a Settler Source it counts only the units the queue holds (0 while
-// the Source's own word has them).
+// the Settler's word has them).
 func (q *Queue) Available() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
