@@ -28,7 +28,7 @@ type loop struct {
 	runq             fiberQueue
 	rng              *rand.PCG // picks the next runnable fiber under WithSeed; nil: FIFO
 	current          *Fiber
-	running          atomic.Pointer[Fiber] // current, for reads off the loop (Waiter.Prepare's misuse check)
+	running          atomic.Pointer[Fiber] // current, for reads off the loop (waiter.Prepare's misuse check)
 	nextID           uint64
 	alive            list[Fiber] // every fiber not yet ended, newest first
 	live, nonDaemon  int
@@ -140,7 +140,7 @@ func (l *loop) signal() {
 
 // park suspends the running fiber f until the loop resumes it. w, if not
 // nil, is the wait it parks in, for deadlock reports.
-func (l *loop) park(f *Fiber, w *Waiter) {
+func (l *loop) park(f *Fiber, w *waiter) {
 	f.parkedOn = w
 	for {
 		if !f.yield(struct{}{}) {
@@ -162,7 +162,7 @@ func (l *loop) park(f *Fiber, w *Waiter) {
 }
 
 // A watch is a wait on a standard context (context.WithCancel and the like
-// over a loop context): a Waiter parked on one, a loop context whose parent
+// over a loop context): a waiter parked on one, a loop context whose parent
 // is one, or a sched.AfterFunc on one. The standard library reports such a
 // context's end only on a goroutine of its own (context.AfterFunc), which
 // reaches the loop whenever the Go scheduler runs it; so the loop does not
@@ -429,7 +429,7 @@ func (l *loop) watchEnding() bool {
 // that has begun to deliver it, and if so it waits for it and reports
 // true. Two signs, for each parked fiber's wait:
 //
-//   - the Waiter is no longer pending: a Wake or a cancellation has won it
+//   - the waiter is no longer pending: a Wake or a cancellation has won it
 //     on another goroutine, which has yet to put the fiber in the inbox
 //     (an OnCancel may run in between, taking locks);
 //   - the wait's context has ended or is ending (see ending): a cancel on

@@ -13,7 +13,7 @@ import (
 	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/waitq"
-	"github.com/sluice-go/sluice/sched"
+	_ "github.com/sluice-go/sluice/sched" // its init installs loopctx's answers: the Waiter that parks a caller
 )
 
 // A Queue is the core of a Semaphore without its fixed size: a count of
@@ -175,14 +175,14 @@ func (q *Queue) settleLocked() {
 	}
 }
 
-// A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
-// is reusable once Wait has returned and makes a new channel for every
-// goroutine-mode wait, so a pooled waiter never carries a channel from one
-// testing/synctest bubble to another; OnCancel is bound once per node, so a
-// parked fiber allocates nothing.
+// A waiter is one parked Acquire. Waiters are pooled: the loopctx.Waiter
+// inside is reusable once Wait has returned and makes a new channel for
+// every goroutine-mode wait, so a pooled waiter never carries a channel from
+// one testing/synctest bubble to another; its cancellation is bound once per
+// node, so a parked fiber allocates nothing.
 type waiter struct {
 	waitq.Links[waiter] // in the queue; guarded by q.mu
-	w                   sched.Waiter
+	w                   loopctx.Waiter
 	q                   *Queue
 	n                   int64
 	mark                int64     // the Source's mark of the grant
@@ -193,7 +193,7 @@ type waiter struct {
 
 var waiterPool = sync.Pool{New: func() any {
 	wt := &waiter{}
-	wt.w.OnCancel = wt.cancel
+	wt.w = loopctx.NewWaiter(wt.cancel)
 	return wt
 }}
 
@@ -274,8 +274,7 @@ func (q *Queue) acquireNow(ctx context.Context, n int64) (now time.Time, mark in
 func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter, mark int64, err error) {
 	wt = waiterPool.Get().(*waiter)
 	wt.q, wt.n, wt.mark, wt.err, wt.granted = q, n, 0, nil, false
-	wt.w.Reason, wt.w.N = q.reason, n
-	wt.w.Prepare(ctx)
+	wt.w.Prepare(ctx, q.reason, n)
 	q.lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
 		q.unlock()
