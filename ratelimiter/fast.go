@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/gcra"
 	"github.com/sluice-go/sluice/internal/monotime"
 )
 
@@ -163,13 +164,18 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 		return false, false // before the epoch (a mock set back), or beyond the word's range
 	}
 	now *= f.unit
+	// The step is the stores' (gcra.Step), in the word's units: a take of n
+	// needs n periods and fits while the debt stays within span. Its
+	// preconditions hold: 0 < need ≤ span (1 ≤ n ≤ burst) and now ≥ 0.
+	need := n * f.period
+	room := f.span - need
 	for {
 		tat := f.tat.Load()
 		if tat == held {
 			return false, false
 		}
-		t := max(tat, now) + n*f.period
-		if t-now > f.span {
+		t, ok := gcra.Step(tat, now, need, room)
+		if !ok {
 			return false, true
 		}
 		if f.tat.CompareAndSwap(tat, t) {
