@@ -132,12 +132,11 @@ func (b *bucket) due(k int64) time.Duration {
 
 // Now reads the limiter's clock. On real time outside a synctest bubble it
 // reads the monotonic clock alone (monotime.Now): time.Now reads two clocks
-// (wall and monotonic), and that second read was more than half of an
-// Acquire with a token ready; time.Since would also ask, per call, whether
-// the caller is in a bubble. The reading is epoch plus the monotonic time
-// elapsed since origin, a reading taken just before epoch, so it is never
-// behind time.Now (ahead by the gap between the two first readings, tens of
-// ns) and orders and subtracts as time.Now would against any reading that
+// (wall and monotonic) where one will do, and time.Since would also ask,
+// per call, whether the caller is in a bubble. The reading is epoch plus
+// the monotonic time elapsed since origin, a reading taken just before
+// epoch, so it is never behind time.Now (ahead by the gap between the two
+// first readings) and orders and subtracts as time.Now would against any reading that
 // carries a monotonic part (a ctx deadline from WithTimeout does). Its wall
 // part drifts from the host's if the wall clock is stepped; the one wall
 // comparison left is Acquire's "fails at once" check against a deadline made
@@ -205,7 +204,7 @@ func (b *bucket) Take(int64) int64 { return 0 }
 // Return takes back n tokens of a grant made at granted: a grant whose
 // caller's ctx ended before Acquire returned, or what a head had collected
 // when it left the queue without its grant (made and handed back at once,
-// see semaphore's leaveLocked). avail is the bucket's whole tokens without
+// see the queue's leaveLocked). avail is the bucket's whole tokens without
 // them, credited up to now. Call L the bucket's level: avail plus what has
 // accrued since the last credit. The hand-back rule:
 //

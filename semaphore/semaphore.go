@@ -23,6 +23,10 @@
 // The two kinds of caller may share one Semaphore. A ctx that is done
 // before Acquire returns always wins: Acquire returns ctx.Err() holding
 // nothing, and the permits pass on.
+//
+// A Semaphore is the FIFO parking core that ticker.Ticker and
+// ratelimiter.Limiter share, with permits as its units: no clock makes
+// them, Release gives them back.
 package semaphore
 
 import (
@@ -53,7 +57,7 @@ var (
 // zero value is not usable: call New.
 type Semaphore struct {
 	size int64
-	q    queue.Queue // its units are the free permits; no Source
+	q    queue.Queue // its units are the free permits; no Source: only Release adds them
 }
 
 // New returns a semaphore of size n with all n permits free. It panics if n

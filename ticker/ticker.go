@@ -19,8 +19,7 @@
 // passed gets the newest one at once, and the older ones are counted as
 // skipped (see Stats).
 //
-// A ticker is lazy: it arms a timer (its Alarm) only while someone waits in
-// Next, so a ticker nobody waits on costs nothing, holds no goroutine and
+// A ticker is lazy: it arms a timer only while someone waits in Next, so a ticker nobody waits on costs nothing, holds no goroutine and
 // keeps no sched.Run open.
 //
 // Next blocks until the next boundary: inside a sched.Run loop it parks the
@@ -29,7 +28,11 @@
 // given with WithClock (a *clock.Mock for tests that move time by hand), or,
 // inside a testing/synctest bubble, on the bubble's fake time. A ctx that is
 // done before Next returns wins: Next returns ctx.Err() and the boundary
-// goes to the next caller. Waiting is the parking core of queue.Queue.
+// goes to the next caller.
+//
+// A Ticker parks its callers on the same FIFO core as semaphore.Semaphore
+// and ratelimiter.Limiter, whose units here are the boundaries its clock
+// produces.
 package ticker
 
 import (
@@ -52,8 +55,9 @@ var ErrStopped = errors.New("ticker: stopped")
 // A Ticker delivers the boundaries start + k·period, each to at most one
 // caller of Next, in FIFO order of the callers.
 //
-// It is a queue.Queue whose one unit is the newest passed boundary not
-// yet returned, produced from the clock by the Ticker's grid (its Source).
+// Its one unit is the newest passed boundary not yet returned, produced
+// from the clock by its grid; the parking, hand-off and hand-back are the
+// core it shares with semaphore and ratelimiter.
 //
 // A Ticker is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
@@ -63,7 +67,9 @@ type Ticker struct {
 	stopWatch func() bool // unregisters the stop at the end of the run
 }
 
-// grid is the Ticker's Source: its state is guarded by the queue's lock.
+// grid is the Ticker's Source: it says what a unit is (the newest passed
+// boundary) and when the next comes. Its state is guarded by the queue's
+// lock.
 type grid struct {
 	clock    loopctx.Clock
 	period   time.Duration

@@ -16,10 +16,10 @@ import (
 	_ "github.com/sluice-go/sluice/sched" // its init installs loopctx's answers: the Waiter that parks a caller
 )
 
-// A Queue is the core of a Semaphore without its fixed size: a count of
-// free units and the callers waiting for them, served in strict FIFO order
-// with direct hand-off. It is the one parking core of Sluice: a Semaphore is
-// a Queue whose units are permits given back by Release; ticker.Ticker and
+// A Queue is a count of free units and the callers waiting for them,
+// served in strict FIFO order with direct hand-off. It is the one parking
+// core of Sluice: a Semaphore is a Queue whose units are permits given back
+// by Release (up to its size); ticker.Ticker and
 // ratelimiter.Limiter are Queues whose units a Source produces over time
 // (boundaries of a grid, tokens of a bucket).
 //
@@ -28,9 +28,10 @@ import (
 // to the head under the queue's lock, cancellation (a waiter leaves from
 // anywhere in the queue, and its leaving may let those behind it go), the
 // hand-back (a caller whose ctx ended before Acquire returned gives its
-// grant back), Close, and the refill alarm: armed, while a head waits, for
-// the instant its Source says the head's units are due, and cleared when
-// nobody waits. An owner keeps only its own accounting, in its Source.
+// grant back), Close, the refill alarm (armed, while a head waits, for the
+// instant its Source says the head's units are due, and cleared when nobody
+// waits), and for a Settler the hand-over of the state to its lock-free word
+// and back. An owner keeps only its own accounting, in its Source.
 //
 // A Queue is safe for use by many goroutines and fibers at once. The zero
 // value is an empty queue with no free units and no Source.
@@ -55,9 +56,8 @@ type Queue struct {
 // rest (the waiting, the alarm, and with a Settler, the hand-over).
 type Source interface {
 	// Now reads the source's clock. The queue calls it before taking its
-	// lock, so that a clock read (tens of nanoseconds on some machines) is
-	// never part of the critical section; a reading that is stale by the
-	// time the lock is held must do no harm.
+	// lock, so that a clock read is never part of the critical section; a
+	// reading that is stale by the time the lock is held must do no harm.
 	Now() time.Time
 	// Fill returns avail brought up to date at now: what the source has
 	// produced since it last gave units, added. want is the number of units
@@ -449,7 +449,7 @@ func (q *Queue) refill() {
 
 // Do runs f with the queue's lock held, on the queue's state with the free
 // units brought up to date, and keeps the units f leaves in s.Avail; then
-// it serves the queue and tells the Source what the head now needs. It is
+// it serves the queue and re-arms the alarm for the head. It is
 // how an owner reads or changes its Source's state (a rate, a burst, a
 // grid) so that parked callers are re-timed at once. On a closed queue f
 // still runs, on the units as they were, and nothing is served.
