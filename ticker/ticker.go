@@ -19,8 +19,9 @@
 // passed gets the newest one at once, and the older ones are counted as
 // skipped (see Stats).
 //
-// A ticker is lazy: it arms a timer only while someone waits in Next, so a ticker nobody waits on costs nothing, holds no goroutine and
-// keeps no sched.Run open.
+// A ticker is lazy: it arms a timer only while someone waits in Next, so a
+// ticker nobody waits on costs nothing, holds no goroutine and keeps no
+// sched.Run open.
 //
 // Next blocks until the next boundary: inside a sched.Run loop it parks the
 // calling fiber and the boundaries are on the loop's clock (virtual or
