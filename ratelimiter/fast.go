@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/gcra"
 	"github.com/sluice-go/sluice/internal/monotime"
 )
 
@@ -62,11 +63,11 @@ import (
 // no k up to maxUnits (7.3/s: 1/73 ns; such rates keep the locked path
 // alone). A fast caller decides only on a word that is not held, and
 // otherwise takes the locked path, so it can never pass a parked waiter
-// nor take from a stopped limiter. Every locked operation first takes the
-// word (bucket.hold: TAT becomes a base and credited with the queue's
-// avail 0; the next Fill credits from there), and the queue hands it back
-// when the operation leaves nobody waiting (bucket.Settle,
-// queue.Settler).
+// nor take from a stopped limiter. The queue hands the word the state when
+// an operation leaves nobody waiting (bucket.Settle) and takes it back
+// before the next locked operation (bucket.Hold: TAT becomes a base and
+// credited with the queue's avail 0; the next Fill credits from there); it
+// is the queue.Settler protocol.
 
 // held is the word's value while the queue's lock owns the state.
 const held = math.MinInt64
@@ -181,13 +182,18 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 		return false, false // before the epoch (a mock set back), or beyond the word's range
 	}
 	now *= f.unit
+	// The step is the stores' (gcra.Step), in the word's units: a take of n
+	// needs n periods and fits while the debt stays within span. Its
+	// preconditions hold: 0 < need ≤ span (1 ≤ n ≤ burst) and now ≥ 0.
+	need := n * f.period
+	room := f.span - need
 	for {
 		tat := f.tat.Load()
 		if tat == held {
 			return false, false
 		}
-		t := max(tat, now) + n*f.period
-		if t-now > f.span {
+		t, ok := gcra.Step(tat, now, need, room)
+		if !ok {
 			return false, true
 		}
 		if f.tat.CompareAndSwap(tat, t) {
@@ -196,17 +202,16 @@ func (b *bucket) tryFast(n int64) (ok, decided bool) {
 	}
 }
 
-// hold brings the state under the queue's lock, if the fast word has it:
-// every Source method that reads or writes the state calls it first. The
+// Hold brings the state under the queue's lock from the fast word (it is
+// the bucket's queue.Settler method; the queue calls it first in every
+// locked operation after a Settle that gave the word the state). The
 // queue's avail is 0 while the word has the state, so the bucket's form
 // is TAT = base + (credited + burst)·T: with whole-ns T, base = TAT − burst·T
 // and credited 0. With T = period/k, base must still be a whole ns, so
 // m = credited + burst periods back from TAT must leave a multiple of k:
-// m ≡ TAT·period⁻¹ (mod k), the least such m ≥ burst. The lock is held.
-func (b *bucket) hold() {
-	if b.held {
-		return
-	}
+// m ≡ TAT·period⁻¹ (mod k), the least such m ≥ burst. It returns 0: the
+// tokens come back as credit, through the next Fill. The lock is held.
+func (b *bucket) Hold() int64 {
 	f := b.fast.Load()
 	tat := f.tat.Swap(held) // from now on a fast caller's CompareAndSwap fails
 	m := b.burst
@@ -215,39 +220,38 @@ func (b *bucket) hold() {
 		m += ((m0-b.burst)%f.unit + f.unit) % f.unit
 	}
 	// Exact: tat − m·period is a multiple of k.
-	b.base, b.credited, b.held = b.epoch.Add(time.Duration((tat-m*f.period)/f.unit)), m-b.burst, true
+	b.base, b.credited = b.epoch.Add(time.Duration((tat-m*f.period)/f.unit)), m-b.burst
+	return 0
 }
 
-// Settle hands the state back to the fast word at the end of a locked
-// operation that leaves nobody waiting on a running limiter (it is the
-// bucket's queue.Settler method), and returns the units the queue
-// keeps: 0 when the word has them, avail when the state stays under the
-// lock (no fast word for this rate, or a TAT beyond its bounds). The lock is
-// held.
-func (b *bucket) Settle(_ time.Time, avail int64) int64 {
+// Settle hands the state, with the queue's avail tokens, to the fast word
+// at the end of a locked operation that leaves nobody waiting on a running
+// limiter (it is the bucket's queue.Settler method), and reports whether
+// it did: false when the state stays under the lock (no fast word for this
+// rate, or a TAT beyond its bounds). The lock is held.
+func (b *bucket) Settle(avail int64) bool {
 	f := b.fast.Load()
-	if f == nil || !b.held {
-		return avail
+	if f == nil {
+		return false
 	}
 	m := b.credited + b.burst - min(avail, b.burst) // whole periods from base to TAT
 	base := int64(b.base.Sub(b.epoch))
 	if m > fastLimit/f.period || base >= f.limit || base <= -f.limit {
-		return avail
+		return false
 	}
 	tat := base*f.unit + m*f.period
 	if tat >= fastLimit {
-		return avail
+		return false
 	}
 	// A TAT before the epoch is a full bucket at every reading the fast
 	// path accepts (now ≥ 0), as 0 is.
 	f.tat.Store(max(tat, 0))
-	b.held = false
-	return 0
+	return true
 }
 
 // refast retires the fast word after a change of rate or burst and starts
 // one for the new values (held: the lock has the state now). The lock is
-// held, and so is the state (hold was called).
+// held, and so is the state (the queue holds it in every locked operation).
 func (b *bucket) refast() {
 	b.fast.Store(newFastWord(b.nanoRate, b.burst))
 }

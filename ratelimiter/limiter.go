@@ -41,7 +41,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/queue"
@@ -197,14 +196,11 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 	}
 	c := loopctx.ClockOf(ctx, cfg.clock)
 	l := &Limiter{}
-	alarm := alarm.New(c, func() { l.q.Refill() })
-	var full int64
+	var full int64 // the queue's free tokens: none of a shared bucket's are this process's yet
 	if cfg.shared != nil {
-		s := newShared(c, cfg.shared)
-		s.alarm = alarm
-		l.src = s
+		l.src = newShared(c, cfg.shared)
 	} else {
-		b := &bucket{clock: c, alarm: alarm, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst)}
+		b := &bucket{clock: c, rate: rate, nanoRate: uint64(math.Round(rate * 1e9)), burst: int64(burst)}
 		// Real time outside any synctest bubble (no loop, no WithClock):
 		// read the monotonic clock alone, from an origin read just before
 		// the epoch (see Now).
@@ -214,17 +210,10 @@ func New(ctx context.Context, rate float64, burst int, opts ...Option) (*Limiter
 		b.base = c.Now()
 		b.epoch = b.base
 		l.src, l.b = b, b
+		b.fast.Store(newFastWord(b.nanoRate, b.burst)) // the queue settles the full bucket into it
 		full = int64(burst)
-		if f := newFastWord(b.nanoRate, b.burst); f != nil {
-			// Full at the epoch: TAT 0, and the queue holds nothing.
-			f.tat.Store(0)
-			b.fast.Store(f)
-			full = 0
-		} else {
-			b.held = true
-		}
 	}
-	l.q = queue.New("ratelimiter.Acquire", full, l.src)
+	l.q = queue.New(queue.Config{Reason: "ratelimiter.Acquire", Avail: full, Source: l.src, Clock: c, FailEarly: true})
 	l.stopWatch = loopctx.AfterRun(ctx, func() { l.q.Close(ErrStopped) })
 	return l, nil
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/monotime"
 	"github.com/sluice-go/sluice/internal/queue"
@@ -37,20 +36,18 @@ import (
 const nanoScale = 1_000_000_000_000_000_000 // 1e18: ns per s × nanotokens per token
 
 // bucket is a Limiter's token source. Its state is guarded by the queue's
-// lock (every Source method runs under it) while held is true; otherwise it
-// is the fast word's (see fast.go).
+// lock (every Source method runs under it), except while the queue has
+// settled it into the fast word (see fast.go), where Hold finds it.
 type bucket struct {
 	clock  loopctx.Clock
-	mono   bool      // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
-	origin int64     // when mono, monotime.Now() just before epoch was read
-	epoch  time.Time // the first reading; the origin of every later one when mono, and of the fast word's
-	alarm  *alarm.Alarm
+	mono   bool                     // real time outside any bubble, read as epoch plus monotime.Now() − origin (see Now)
+	origin int64                    // when mono, monotime.Now() just before epoch was read
+	epoch  time.Time                // the first reading; the origin of every later one when mono, and of the fast word's
 	fast   atomic.Pointer[fastWord] // nil when this rate and burst have no fast path
 
 	rate     float64   // tokens per second, as given
 	nanoRate uint64    // rate·1e9, rounded: the refill's exact arithmetic
 	burst    int64     // the most the bucket keeps while nobody waits
-	held     bool      // the fields below (and the queue's avail) are the state, not the fast word
 	base     time.Time // accrual origin: tokens accrue from here
 	credited int64     // whole tokens credited since base
 	setAt    time.Time // the last SetRate or SetBurst (see Return)
@@ -135,12 +132,11 @@ func (b *bucket) due(k int64) time.Duration {
 
 // Now reads the limiter's clock. On real time outside a synctest bubble it
 // reads the monotonic clock alone (monotime.Now): time.Now reads two clocks
-// (wall and monotonic), and that second read was more than half of an
-// Acquire with a token ready; time.Since would also ask, per call, whether
-// the caller is in a bubble. The reading is epoch plus the monotonic time
-// elapsed since origin, a reading taken just before epoch, so it is never
-// behind time.Now (ahead by the gap between the two first readings, tens of
-// ns) and orders and subtracts as time.Now would against any reading that
+// (wall and monotonic) where one will do, and time.Since would also ask,
+// per call, whether the caller is in a bubble. The reading is epoch plus
+// the monotonic time elapsed since origin, a reading taken just before
+// epoch, so it is never behind time.Now (ahead by the gap between the two
+// first readings) and orders and subtracts as time.Now would against any reading that
 // carries a monotonic part (a ctx deadline from WithTimeout does). Its wall
 // part drifts from the host's if the wall clock is stepped; the one wall
 // comparison left is Acquire's "fails at once" check against a deadline made
@@ -161,7 +157,6 @@ func (b *bucket) Now() time.Time {
 // base (another caller read the clock later and got the lock first) credits
 // nothing and never moves base back.
 func (b *bucket) Fill(now time.Time, avail, _ int64, waiting bool) int64 {
-	b.hold()
 	if !waiting && avail >= b.burst {
 		if avail > b.burst {
 			// Left over from a head of n > burst granted late (a late
@@ -198,22 +193,10 @@ func (b *bucket) restart(now time.Time) {
 	}
 }
 
-// Demand arms the alarm for the instant the head's need has accrued.
-func (b *bucket) Demand(now time.Time, need int64) {
-	b.hold() // Close tells the Source nobody waits: the state stays held from then on
-	if need <= 0 {
-		b.alarm.Clear()
-		return
-	}
-	b.alarm.Set(now, b.base.Add(b.due(b.credited+need)))
-}
-
-func (b *bucket) Until(now time.Time, avail, n int64) time.Duration {
-	b.hold()
-	if avail >= n {
-		return 0
-	}
-	return max(b.base.Add(b.due(b.credited+n-avail)).Sub(now), 0)
+// Due is the instant the (n − avail)-th token after those credited
+// accrues.
+func (b *bucket) Due(_ time.Time, avail, n int64) (time.Time, bool) {
+	return b.base.Add(b.due(b.credited + n - avail)), true
 }
 
 func (b *bucket) Take(int64) int64 { return 0 }
@@ -221,7 +204,7 @@ func (b *bucket) Take(int64) int64 { return 0 }
 // Return takes back n tokens of a grant made at granted: a grant whose
 // caller's ctx ended before Acquire returned, or what a head had collected
 // when it left the queue without its grant (made and handed back at once,
-// see semaphore's leaveLocked). avail is the bucket's whole tokens without
+// see the queue's leaveLocked). avail is the bucket's whole tokens without
 // them, credited up to now. Call L the bucket's level: avail plus what has
 // accrued since the last credit. The hand-back rule:
 //
@@ -271,7 +254,6 @@ func (b *bucket) Take(int64) int64 { return 0 }
 // as x/time/rate's Wait returns late, so the bound is one of the instants
 // the tokens were due.
 func (b *bucket) Return(now, granted time.Time, avail, n, _ int64) int64 {
-	b.hold()
 	worth := amount{whole: min(n, b.burst)}
 	if d := now.Sub(granted); d > 0 {
 		if !granted.After(b.setAt) {
@@ -345,7 +327,6 @@ func (b *bucket) params() (float64, int64) { return float64(b.nanoRate) / 1e9, b
 // at the old rate: base moves so that the same fraction has accrued at the
 // new one. Tokens accrued by now have been credited (Do fills first).
 func (b *bucket) setRate(now time.Time, rate float64) error {
-	b.hold()
 	nr := uint64(math.Round(rate * 1e9))
 	if now.After(b.base) {
 		_, frac := b.accrued(now.Sub(b.base))
@@ -364,7 +345,6 @@ func (b *bucket) setRate(now time.Time, rate float64) error {
 // burst while nobody waits keeps burst and drops the rest (a head's
 // collection stays its own until it leaves).
 func (b *bucket) setBurst(s *queue.State, burst int64) error {
-	b.hold()
 	b.burst, b.setAt = burst, s.Now
 	b.refast()
 	if !s.Waiting {
@@ -377,7 +357,6 @@ func (b *bucket) setBurst(s *queue.State, burst int64) error {
 // accrued so far, in [0, Burst]; 0 while anyone waits (what accrues is the
 // head's).
 func (b *bucket) tokens(now time.Time, avail int64, waiting bool) float64 {
-	b.hold()
 	if waiting {
 		return 0
 	}

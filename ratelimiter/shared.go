@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/queue"
 )
@@ -86,7 +85,6 @@ const closedRetry = time.Second
 // This is the one place the limiter calls a SharedBucket.
 type shared struct {
 	clock  loopctx.Clock
-	alarm  *alarm.Alarm
 	bucket SharedBucket
 	rate   float64
 	burst  int64
@@ -107,27 +105,14 @@ func (s *shared) Fill(_ time.Time, avail, want int64, _ bool) int64 {
 	return avail
 }
 
-// Demand arms the alarm for the table's RetryAfter of the head's shortfall.
-func (s *shared) Demand(now time.Time, need int64) {
-	if need <= 0 {
-		s.alarm.Clear()
-		return
-	}
-	d := s.bucket.RetryAfterN(need)
+// Due is the table's RetryAfter of the shortfall, at least minRetry; when
+// the table says never, the head asks again after closedRetry.
+func (s *shared) Due(now time.Time, avail, n int64) (time.Time, bool) {
+	d := s.bucket.RetryAfterN(n - avail)
 	if d == never {
-		d = closedRetry
+		return now.Add(closedRetry), false
 	}
-	s.alarm.Set(now, now.Add(max(d, minRetry)))
-}
-
-func (s *shared) Until(_ time.Time, avail, n int64) time.Duration {
-	if avail >= n {
-		return 0
-	}
-	if d := s.bucket.RetryAfterN(n - avail); d != never {
-		return d
-	}
-	return -1
+	return now.Add(max(d, minRetry)), true
 }
 
 func (s *shared) Take(int64) int64                               { return 0 }

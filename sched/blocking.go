@@ -21,7 +21,7 @@ func Blocking(ctx context.Context, fn func() error) error {
 		return fn()
 	}
 	var (
-		w     = &Waiter{Reason: "sched.Blocking"}
+		w     = &waiter{Reason: "sched.Blocking"}
 		err   error
 		pval  any
 		stack []byte

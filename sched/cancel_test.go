@@ -218,9 +218,10 @@ func cancelScenario(t *testing.T, k ctxKind, fromGoroutine bool) {
 	require.NoError(t, err, k.name)
 }
 
-// The reported defect, for every context kind: 1,000 runs each under load.
-// Before the fix, the waiter on a standard context left the queue only when
-// the goroutine of context.AfterFunc happened to run.
+// A cancel made on the loop ends the wait before any other fiber runs, for
+// every context kind, in 1,000 runs each under load: the waiter on a
+// standard context leaves the queue at the cancel's scheduling decision,
+// whenever the goroutine of context.AfterFunc happens to run.
 func TestCancelLandsBeforeAnyOtherFiberRuns(t *testing.T) {
 	everyKind(t, 1000, false)
 }

@@ -40,7 +40,7 @@ type loopCtx struct {
 	mu         sync.Mutex
 	cause      error
 	funcs      afterFuncList // AfterFunc callbacks, run once on cancel, in registration order
-	waiters    list[Waiter]  // parked Waiters, cancelled on cancel
+	waiters    list[waiter]  // parked Waiters, cancelled on cancel
 	timer      loopctx.Timer // the deadline timer, nil when none is armed
 	stopParent func() bool   // unregisters from a loop context parent
 	watching   *watch        // the watch on a standard parent
@@ -203,7 +203,7 @@ func (q *afterFuncList) remove(a *afterFunc) {
 
 // addWaiter registers w to be cancelled with c. It reports false, registering
 // nothing, when c is already done.
-func (c *loopCtx) addWaiter(w *Waiter) bool {
+func (c *loopCtx) addWaiter(w *waiter) bool {
 	if c.neverDone {
 		return c.Err() == nil // nothing to register with: see neverDone
 	}
@@ -218,7 +218,7 @@ func (c *loopCtx) addWaiter(w *Waiter) bool {
 }
 
 // removeWaiter unregisters w if it is still registered.
-func (c *loopCtx) removeWaiter(w *Waiter) {
+func (c *loopCtx) removeWaiter(w *waiter) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w.ctx == c {

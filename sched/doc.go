@@ -1,7 +1,7 @@
 // Package sched is a cooperative run loop that hosts fibers: lightweight
 // threads of control that run one at a time on the goroutine that called
-// Run, switching only where they wait (Yield, Sleep, a Waiter, Fiber.Wait,
-// Blocking). Runnable fibers run in FIFO order, or in a seeded order under
+// Run, switching only where they wait (Yield, Sleep, Fiber.Wait, Blocking,
+// and the blocking calls of semaphore, ticker and ratelimiter). Runnable fibers run in FIFO order, or in a seeded order under
 // WithSeed.
 //
 //	err := sched.Run(ctx, func(ctx context.Context) error {
@@ -20,8 +20,9 @@
 // when every fiber is parked, so an hour of behaviour runs in milliseconds
 // with exact, repeatable timestamps: the same program produces the same
 // sequence of events on every run. Outside any loop the same calls block the
-// calling goroutine and use real time, so packages built on Waiter (semaphore,
-// ticker, ratelimiter) work for fibers and plain goroutines alike.
+// calling goroutine and use real time, so the packages that park on the
+// loop (semaphore, ticker, ratelimiter) work for fibers and plain goroutines
+// alike.
 //
 // Cancellation lands at a fixed point of the schedule. A wait on a context
 // of this package (Run's, a Daemon's, WithTimeout's, WithDeadline's) ends

@@ -21,7 +21,7 @@ type Fiber struct {
 	w        *worker                 // the coroutine running it, from its first resume
 	next     func() (struct{}, bool) // w.next and the coroutine's yield, copied: a
 	yield    func(struct{}) bool     // resume and a park then skip the worker's memory
-	parkedOn *Waiter                 // the wait it is parked in, nil if runnable or running
+	parkedOn *waiter                 // the wait it is parked in, nil if runnable or running
 	sleep    *sleeper                // Sleep's wait, made by the first Sleep and kept
 	finished bool                    // fn has returned (or panicked, or was stopped)
 	panicked bool
@@ -180,7 +180,7 @@ func (f *Fiber) Wait(ctx context.Context) error {
 
 // A joiner is one Fiber.Wait in progress, pooled with its OnCancel bound.
 type joiner struct {
-	w Waiter
+	w waiter
 	f *Fiber
 }
 

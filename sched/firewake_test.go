@@ -127,8 +127,8 @@ func TestLoopFiredAndOutsideWakesMix(t *testing.T) {
 // loop must wait for that wake, not report a deadlock. Unlike the test
 // above, no keeper timer hides the race: many short runs, each ending
 // with a few fibers asleep on the last timers, so that the outside
-// goroutine often holds the last one as the loop looks (before the fix,
-// nearly every run of this test reported a false DeadlockError).
+// goroutine often holds the last one as the loop looks; no run may report
+// a DeadlockError.
 func TestOutsideAdvanceOfLastTimersIsNoDeadlock(t *testing.T) {
 	const runs, sleepers, sleeps = 500, 4, 20
 	for run := range runs {

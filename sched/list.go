@@ -9,7 +9,7 @@ type node struct{ prev, next *node }
 
 var (
 	_ [0]struct{} = [unsafe.Offsetof(Fiber{}.live)]struct{}{}
-	_ [0]struct{} = [unsafe.Offsetof(Waiter{}.ctxNode)]struct{}{}
+	_ [0]struct{} = [unsafe.Offsetof(waiter{}.ctxNode)]struct{}{}
 	_ [0]struct{} = [unsafe.Offsetof(watch{}.ln)]struct{}{}
 	_ [0]struct{} = [unsafe.Offsetof(afterFunc{}.ln)]struct{}{}
 )

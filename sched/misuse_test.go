@@ -14,8 +14,8 @@ import (
 // TestWaiterMisuseRaceFree: a fiber's ctx used to park from a plain
 // goroutine (here the goroutine of a Blocking call, while the loop idles)
 // panics with a clear message, and the check itself is race-free: under
-// -race this test failed with a DATA RACE between Waiter.Prepare and the
-// loop's resume before the check read the running fiber atomically.
+// -race, the check's read of the loop's running fiber must not race with
+// the loop's resume.
 func TestWaiterMisuseRaceFree(t *testing.T) {
 	err := sched.Run(context.Background(), func(ctx context.Context) error {
 		return sched.Blocking(ctx, func() error {

@@ -39,7 +39,7 @@ func Yield(ctx context.Context) {
 	l.park(f, nil)
 }
 
-// A sleeper is the Waiter of Sleep, with its timer kept for the next Sleep,
+// A sleeper is the waiter of Sleep, with its timer kept for the next Sleep,
 // so a Sleep allocates nothing in the steady state. Each fiber keeps the one
 // its first Sleep made (Fiber.sleep), on its loop's clock. Why not a
 // sync.Pool: a fiber that wakes then finds its own sleeper, not the last one
@@ -53,7 +53,7 @@ func Yield(ctx context.Context) {
 // heap entry, not a timer, a callback and a waiter apart, each a cache miss
 // with 100k fibers asleep. Under real time it is timer, calling wake.
 type sleeper struct {
-	w     Waiter
+	w     waiter
 	vt    vclock.Timer  // virtual clock: bound to w, armed by Reset
 	timer loopctx.Timer // real time: on the loop's clock, calls wake
 	wake  func()
@@ -149,7 +149,7 @@ func (s *sleeper) wait(ctx context.Context, l *loop, f *Fiber) error {
 	err := s.w.Wait(ctx)
 	if err != nil && !s.stop(l) {
 		// The timer is firing on another goroutine and will call Wake on
-		// this Waiter: never reuse it.
+		// this waiter: never reuse it.
 		f.sleep = nil
 	}
 	return err

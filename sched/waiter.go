@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// Waiter states, in the low two bits of Waiter.state; the bits above count
-// uses of the Waiter (its generation).
+// The states of a waiter, in the low two bits of waiter.state; the bits
+// above count uses of the waiter (its generation).
 const (
 	statePending   = 0
 	stateWoken     = 1
@@ -15,11 +15,13 @@ const (
 	genStep        = 4
 )
 
-// A Waiter parks one caller until another party calls Wake, or until the
+// A waiter parks one caller until another party calls Wake, or until the
 // caller's context ends. It is the building block of every blocking call in
 // Sluice: inside a loop it parks the calling fiber, outside one it blocks the
 // calling goroutine. Wake may be called from any goroutine; a wake for a
-// fiber reaches its loop through the loop's inbox.
+// fiber reaches its loop through the loop's inbox. The parking core under
+// semaphore, ticker and ratelimiter gets its waiters through
+// internal/loopctx (see newHookWaiter), so the type is not sched's API.
 //
 // The protocol, for a queue guarded by the owner's lock:
 //
@@ -34,9 +36,9 @@ const (
 // cancellation won, and it must take w out of the owner's queue and pass on
 // anything w was holding.
 //
-// The zero value is ready for Prepare. A Waiter may be reused once Wait has
+// The zero value is ready for Prepare. A waiter may be reused once Wait has
 // returned and nobody else refers to it. It must not be copied after first use.
-type Waiter struct {
+type waiter struct {
 	ctxNode node // in ctx.waiters, guarded by ctx.mu; first, see list
 
 	// What a wait and its wake touch, next to each other (see Fiber).
@@ -69,7 +71,7 @@ type Waiter struct {
 }
 
 type waiterGen struct {
-	w   *Waiter
+	w   *waiter
 	gen uint64
 }
 
@@ -78,13 +80,13 @@ type waiterGen struct {
 // one wait. Call it before publishing w to any waker.
 //
 // Outside a loop every Prepare makes a new channel for the wait (one small
-// allocation), never reusing the last one: a Waiter pooled across
+// allocation), never reusing the last one: a waiter pooled across
 // testing/synctest bubbles must not carry a channel made in one bubble into
 // another or out of it. Inside a loop a wait allocates nothing.
 //
 // It panics when ctx belongs to a loop but the loop runs no fiber: the
 // loop's context used from a goroutine of its own (see the package doc).
-func (w *Waiter) Prepare(ctx context.Context) {
+func (w *waiter) Prepare(ctx context.Context) {
 	// A new generation: late cancellations of the previous use fail.
 	s := w.state.Load()
 	w.state.Store((s &^ stateMask) + genStep)
@@ -102,12 +104,12 @@ func (w *Waiter) Prepare(ctx context.Context) {
 	w.ch = make(chan struct{}, 1)
 }
 
-func (w *Waiter) gen() uint64 { return w.state.Load() &^ stateMask }
+func (w *waiter) gen() uint64 { return w.state.Load() &^ stateMask }
 
 // Wake ends the wait with success. It reports whether it did; false means the
 // wait had been cancelled (or already woken) and the caller keeps whatever it
 // meant to grant. Safe to call from any goroutine.
-func (w *Waiter) Wake() bool {
+func (w *waiter) Wake() bool {
 	for {
 		s := w.state.Load()
 		if s&stateMask != statePending {
@@ -127,7 +129,7 @@ func (w *Waiter) Wake() bool {
 // and it carries the generation so a late cancel of an earlier use fails.
 // The caller resumes the waiting caller if that is someone else (cancelGen);
 // a caller cancelling its own wait just returns.
-func (w *Waiter) tryCancel(gen uint64) bool {
+func (w *waiter) tryCancel(gen uint64) bool {
 	if !w.state.CompareAndSwap(gen|statePending, gen|stateCancelled) {
 		return false
 	}
@@ -139,14 +141,14 @@ func (w *Waiter) tryCancel(gen uint64) bool {
 
 // cancelGen cancels the wait of generation gen if it is still pending, and
 // lets the waiting caller go on.
-func (w *Waiter) cancelGen(gen uint64) {
+func (w *waiter) cancelGen(gen uint64) {
 	if w.tryCancel(gen) {
 		w.resume()
 	}
 }
 
 // resume lets the waiting caller go on, after exactly one state transition.
-func (w *Waiter) resume() {
+func (w *waiter) resume() {
 	if w.f != nil {
 		w.l.ready(w.f)
 		return
@@ -159,7 +161,7 @@ func (w *Waiter) resume() {
 // parking, unless a Wake came first. Inside a loop, the fiber parks and other
 // fibers run; the cancellation is seen at the exact (virtual) instant the
 // context ends.
-func (w *Waiter) Wait(ctx context.Context) error {
+func (w *waiter) Wait(ctx context.Context) error {
 	if w.f == nil {
 		return w.waitGoroutine(ctx)
 	}
@@ -206,7 +208,7 @@ func (w *Waiter) Wait(ctx context.Context) error {
 	return ctx.Err()
 }
 
-func (w *Waiter) waitGoroutine(ctx context.Context) error {
+func (w *waiter) waitGoroutine(ctx context.Context) error {
 	done := ctx.Done()
 	if done == nil {
 		<-w.ch

@@ -23,6 +23,10 @@
 // The two kinds of caller may share one Semaphore. A ctx that is done
 // before Acquire returns always wins: Acquire returns ctx.Err() holding
 // nothing, and the permits pass on.
+//
+// A Semaphore is the FIFO parking core that ticker.Ticker and
+// ratelimiter.Limiter share, with permits as its units: no clock makes
+// them, Release gives them back.
 package semaphore
 
 import (
@@ -53,7 +57,7 @@ var (
 // zero value is not usable: call New.
 type Semaphore struct {
 	size int64
-	q    queue.Queue // its units are the free permits; no Source
+	q    queue.Queue // its units are the free permits; no Source: only Release adds them
 }
 
 // New returns a semaphore of size n with all n permits free. It panics if n
@@ -63,7 +67,7 @@ func New(n int64) *Semaphore {
 		panic(fmt.Sprintf("semaphore: New(%d): negative size", n))
 	}
 	s := &Semaphore{size: n}
-	s.q.Init("semaphore.Acquire", n, nil)
+	s.q.Init(queue.Config{Reason: "semaphore.Acquire", Avail: n})
 	return s
 }
 
@@ -92,10 +96,12 @@ func (s *Semaphore) Acquire(ctx context.Context, n int64) error {
 		}
 		return fmt.Errorf("%w: Acquire(n=%d) on a semaphore of size %d", ErrExceedsSize, n, s.size)
 	}
-	// The fast path: a Semaphore has no Source, so free permits need no
-	// refill (Queue.Acquire repeats this check before it parks).
-	if ctx.Err() == nil && s.q.TakeFree(n) {
-		return nil
+	// Permits free and nobody waiting: taken without the parking path's
+	// larger call (Acquire repeats this check before it parks).
+	if ctx.Err() == nil {
+		if _, ok := s.q.TryAcquire(n); ok {
+			return nil
+		}
 	}
 	_, err := s.q.Acquire(ctx, n)
 	return err
@@ -108,7 +114,8 @@ func (s *Semaphore) TryAcquire(n int64) bool {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: TryAcquire with negative n=%d", n))
 	}
-	return s.q.TakeFree(n)
+	_, ok := s.q.TryAcquire(n)
+	return ok
 }
 
 // Release returns n permits and hands them to the waiters at the head of the
@@ -119,7 +126,7 @@ func (s *Semaphore) Release(n int64) {
 	if n < 0 {
 		panic(fmt.Sprintf("semaphore: Release with negative n=%d", n))
 	}
-	if held, ok := s.q.ReleaseUpTo(n, s.size); !ok {
+	if held, ok := s.q.Release(n, s.size); !ok {
 		panic(fmt.Sprintf("semaphore: Release(%d) with only %d permits held", n, held))
 	}
 }

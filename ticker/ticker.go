@@ -19,9 +19,9 @@
 // passed gets the newest one at once, and the older ones are counted as
 // skipped (see Stats).
 //
-// A ticker is lazy: it arms a timer (its Alarm) only while someone waits in
-// Next, so a ticker nobody waits on costs nothing, holds no goroutine and
-// keeps no sched.Run open.
+// A ticker is lazy: it arms a timer only while someone waits in Next, so a
+// ticker nobody waits on costs nothing, holds no goroutine and keeps no
+// sched.Run open.
 //
 // Next blocks until the next boundary: inside a sched.Run loop it parks the
 // calling fiber and the boundaries are on the loop's clock (virtual or
@@ -29,7 +29,11 @@
 // given with WithClock (a *clock.Mock for tests that move time by hand), or,
 // inside a testing/synctest bubble, on the bubble's fake time. A ctx that is
 // done before Next returns wins: Next returns ctx.Err() and the boundary
-// goes to the next caller. Waiting is the parking core of queue.Queue.
+// goes to the next caller.
+//
+// A Ticker parks its callers on the same FIFO core as semaphore.Semaphore
+// and ratelimiter.Limiter, whose units here are the boundaries its clock
+// produces.
 package ticker
 
 import (
@@ -40,7 +44,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/sluice-go/sluice/internal/alarm"
 	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/queue"
 )
@@ -53,8 +56,9 @@ var ErrStopped = errors.New("ticker: stopped")
 // A Ticker delivers the boundaries start + k·period, each to at most one
 // caller of Next, in FIFO order of the callers.
 //
-// It is a queue.Queue whose one unit is the newest passed boundary not
-// yet returned, produced from the clock by the Ticker's grid (its Source).
+// Its one unit is the newest passed boundary not yet returned, produced
+// from the clock by its grid; the parking, hand-off and hand-back are the
+// core it shares with semaphore and ratelimiter.
 //
 // A Ticker is safe for use by many goroutines and fibers at once. The zero
 // value is not usable: call New.
@@ -64,10 +68,11 @@ type Ticker struct {
 	stopWatch func() bool // unregisters the stop at the end of the run
 }
 
-// grid is the Ticker's Source: its state is guarded by the queue's lock.
+// grid is the Ticker's Source: it says what a unit is (the newest passed
+// boundary) and when the next comes. Its state is guarded by the queue's
+// lock.
 type grid struct {
 	clock    loopctx.Clock
-	alarm    *alarm.Alarm
 	period   time.Duration
 	origin   time.Time // New's Now: a granted boundary is carried as its offset from origin
 	start    time.Time // boundary k is start + k·period
@@ -127,8 +132,7 @@ func New(ctx context.Context, period time.Duration, opts ...Option) (*Ticker, er
 	t.g.clock = loopctx.ClockOf(ctx, cfg.clock)
 	t.g.period, t.g.start = period, t.g.clock.Now()
 	t.g.origin = t.g.start
-	t.q = queue.New("ticker.Next", 0, &t.g)
-	t.g.alarm = alarm.New(t.g.clock, t.q.Refill)
+	t.q = queue.New(queue.Config{Reason: "ticker.Next", Source: &t.g, Clock: t.g.clock})
 	t.stopWatch = loopctx.AfterRun(ctx, func() { t.q.Close(ErrStopped) })
 	return t, nil
 }
@@ -157,19 +161,11 @@ func (g *grid) Fill(now time.Time, avail, _ int64, _ bool) int64 {
 	return 1
 }
 
-func (g *grid) Demand(now time.Time, need int64) {
-	if need <= 0 {
-		g.alarm.Clear()
-		return
-	}
-	g.alarm.Set(now, g.boundary(g.last+1))
-}
-
-// Until says "now" always: a Next with a deadline before the next boundary
-// waits until that deadline, as a select on a time.Ticker and a timer would,
-// rather than fail early as a limiter does (a Reset may bring the boundary
-// closer meanwhile).
-func (g *grid) Until(time.Time, int64, int64) time.Duration { return 0 }
+// Due is the next boundary. (The queue is not told to fail early: a Next
+// with a deadline before it waits until that deadline, as a select on a
+// time.Ticker and a timer would, since a Reset may bring the boundary
+// closer meanwhile.)
+func (g *grid) Due(time.Time, int64, int64) (time.Time, bool) { return g.boundary(g.last + 1), true }
 
 // Take delivers boundary last; the mark is its offset from origin, which a
 // later Reset does not change.

@@ -1,5 +1,5 @@
-// Package alarm is the lazy timer of the queue's Sources: one callback on a
-// loopctx.Clock, armed only while its owner needs it.
+// Package alarm is the parking core's lazy refill timer: one callback on a
+// loopctx.Clock, armed only while someone waits.
 package alarm
 
 import (
@@ -8,14 +8,15 @@ import (
 	"github.com/sluice-go/sluice/internal/loopctx"
 )
 
-// An Alarm is the ticker's lazy timer: one callback on a loopctx.Clock, armed
-// for an absolute instant only while its owner needs it, and re-armed in
-// place (one timer for the owner's whole life, created on first need). A
-// Ticker arms it for its next boundary while someone waits in Next; a
-// ratelimiter.Limiter for the instant its head waiter's tokens are due.
+// An Alarm is a queue.Queue's lazy refill timer: one callback on a
+// loopctx.Clock, armed for an absolute instant only while its owner needs
+// it, and re-armed in place (one timer for the owner's whole life, created
+// on first need). The queue arms it, while a head waits, for the instant
+// its Source says the head's units are due (a ticker's next boundary, the
+// instant a limiter's head has its tokens), and clears it when nobody waits.
 //
 // An Alarm is not safe for concurrent use: its owner calls Set and Clear
-// under its own lock (a queue.Queue's, for a Source). The callback runs
+// under its own lock (the queue's). The callback runs
 // on the clock's timer goroutine (the loop's goroutine under a virtual
 // clock), without that lock; a callback of an earlier arming may arrive late,
 // so it must work out from the clock what is due.

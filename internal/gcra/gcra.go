@@ -1,7 +1,8 @@
-// Package gcra is the one GCRA step of the library's stores: the memory
-// store (package store) and the shared table (package sharedbucket) call it
-// on their hot paths, the Redis store's script follows it step for step, and
-// internal/gcratest holds the cases every one of them passes.
+// Package gcra is the one GCRA step of the library: the memory store
+// (package store), the shared table (package sharedbucket) and the rate
+// limiter's lock-free path (package ratelimiter, in its own time unit) call
+// it on their hot paths, the Redis store's script follows it step for step,
+// and internal/gcratest holds the cases every one of them passes.
 //
 // A bucket is one int64, its theoretical arrival time (TAT), in nanoseconds
 // of some clock. With emission interval T (ns per token) and tolerance

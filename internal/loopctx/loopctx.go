@@ -1,10 +1,11 @@
 // Package loopctx is what this module's blocking packages (ratelimiter,
-// ticker, the queue's Sources, httplimittest) ask of a caller's context
-// about the sched.Run loop it may belong to: its clock, whether it belongs
-// to a loop at all, and the end of that loop's run. The answers are sched's,
-// filled in by sched's init: a program without sched has no loops, and then
-// every context belongs to none. Internal, so that this machinery is not
-// part of sched's API and can change with it.
+// ticker, the parking core under them and semaphore, httplimittest) ask of
+// a caller's context about the sched.Run loop it may belong to: its clock,
+// whether it belongs to a loop at all, the end of that loop's run, and a
+// Waiter that parks the caller (the fiber in a loop, else the goroutine).
+// The answers are sched's, filled in by sched's init: a program without
+// sched has no loops, and then every context belongs to none. Internal, so
+// that this machinery is not part of sched's API and can change with it.
 package loopctx
 
 import (
@@ -37,6 +38,48 @@ type Answers struct {
 	Clock func(ctx context.Context) Clock
 	// AfterRun is AfterRun for a ctx that belongs to a loop.
 	AfterRun func(ctx context.Context, f func()) (stop func() bool)
+	// NewWaiter is NewWaiter.
+	NewWaiter func(onCancel func()) Waiter
+}
+
+// A Waiter parks one caller until another party calls Wake, or until the
+// caller's context ends: inside a loop it parks the calling fiber, outside
+// one it blocks the calling goroutine. The protocol, for a queue guarded by
+// the owner's lock:
+//
+//	w.Prepare(ctx, reason, n) // bind w to the caller, before anyone can see it
+//	mu.Lock(); q.push(w); mu.Unlock()
+//	err := w.Wait(ctx)        // nil: woken; else ctx.Err(), and onCancel has run
+//
+// and the waker, under mu, removes w from q and calls w.Wake; if Wake
+// returns false the wait was cancelled first and the waker moves on.
+// Exactly one of Wake and cancellation wins, so a grant is never lost:
+// onCancel runs (on the cancelling goroutine, before the waiting caller
+// resumes; also when Run stops a fiber parked in Wait) only when
+// cancellation won, and it must take w out of the owner's queue and pass on
+// anything w was holding. It must not wait for the waiting caller.
+//
+// reason and n say what the caller waits for, as a sched.DeadlockError
+// shows it ("semaphore.Acquire n=3"; n 0 is not shown). Wake may be called
+// from any goroutine. A Waiter may be reused once Wait has returned and
+// nobody else refers to it; outside a loop each Prepare makes a new channel,
+// so a pooled Waiter never carries one from a testing/synctest bubble to
+// another. Prepare panics when ctx belongs to a loop that runs no fiber (a
+// loop's context used from a goroutine of its own).
+type Waiter interface {
+	Prepare(ctx context.Context, reason string, n int64)
+	Wait(ctx context.Context) error
+	Wake() bool
+}
+
+// NewWaiter returns a Waiter whose cancellation runs onCancel. It panics in
+// a program without sched: a package that parks callers imports sched (for
+// its side effect at least) so that its init installs the answers.
+func NewWaiter(onCancel func()) Waiter {
+	if answers.NewWaiter == nil {
+		panic("loopctx: NewWaiter without sched in the program")
+	}
+	return answers.NewWaiter(onCancel)
 }
 
 var answers Answers

@@ -23,7 +23,7 @@ import (
 //
 // Why the linkname: time.Now's monotonic part is relative to the process's
 // start, so it cannot be compared across processes, and unix.ClockGettime is
-// a real system call (about 8× slower). The runtime keeps nanotime linkable
+// a system call, where the runtime reads the clock through the vDSO. The runtime keeps nanotime linkable
 // on purpose ("Do not remove or change the type signature",
 // go.dev/issue/67401).
 //

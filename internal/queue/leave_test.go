@@ -24,10 +24,9 @@ type capSource struct {
 	kept     int64 // of those, units Return kept free
 }
 
-func (s *capSource) Now() time.Time                              { return time.Time{} }
-func (s *capSource) Demand(time.Time, int64)                     {}
-func (s *capSource) Until(time.Time, int64, int64) time.Duration { return 0 }
-func (s *capSource) Take(int64) int64                            { return 0 }
+func (s *capSource) Now() time.Time                                  { return time.Time{} }
+func (s *capSource) Due(now time.Time, _, _ int64) (time.Time, bool) { return now, true }
+func (s *capSource) Take(int64) int64                                { return 0 }
 func (s *capSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 {
 	avail, s.pending = avail+s.pending, 0
 	return avail
@@ -39,6 +38,10 @@ func (s *capSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
 	return avail + k
 }
 
+// refill has q ask its Source for new units and serve the waiters, as the
+// alarm does.
+func refill(q *queue.Queue) { q.Do(func(*queue.State) {}) }
+
 // TestLeaverCollectionGoesThroughReturn: a head that leaves without its
 // grant hands what it had collected to the Source's Return, which decides
 // what the waiters behind get, when its ctx ends and when the queue
@@ -49,7 +52,7 @@ func (s *capSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
 func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 	run(t, func(ctx context.Context) error {
 		src := &capSource{limit: 1}
-		q := queue.New("test", 0, src)
+		q := queue.New(queue.Config{Reason: "test", Source: src, Clock: mockClock()})
 		actx, cancelA := context.WithCancel(ctx)
 		a := sched.Go(ctx, func(context.Context) error { _, err := q.Acquire(actx, 3); return err })
 		var granted []string
@@ -65,7 +68,7 @@ func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 		settle(ctx)
 		require.Equal(t, 3, q.Waiters())
 		src.pending = 2
-		q.Refill()
+		refill(q)
 		require.Equal(t, 3, q.Waiters(), "A collects 2 of its 3")
 
 		cancelA()
@@ -76,7 +79,7 @@ func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 		assert.Equal(t, int64(2), src.returned)
 		assert.Equal(t, int64(1), src.kept)
 		src.pending = 1
-		q.Refill()
+		refill(q)
 		settle(ctx)
 		assert.Equal(t, []string{"B", "C"}, granted)
 
@@ -85,7 +88,7 @@ func TestLeaverCollectionGoesThroughReturn(t *testing.T) {
 		d := sched.Go(ctx, func(ctx context.Context) error { _, err := q.Acquire(ctx, 3); return err })
 		settle(ctx)
 		src.pending = 2
-		q.Refill()
+		refill(q)
 		q.Close(errClosed)
 		require.ErrorIs(t, d.Wait(ctx), errClosed)
 		assert.Equal(t, int64(4), src.returned)

@@ -5,9 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/sched"
 )
 
@@ -21,3 +23,7 @@ func run(t *testing.T, main func(ctx context.Context) error) {
 
 // settle lets every fiber woken so far run before the caller goes on.
 func settle(ctx context.Context) { sched.Yield(ctx) }
+
+// mockClock is a clock for a test's Source whose alarm must never fire by
+// itself: the test drives the Source by hand.
+func mockClock() loopctx.Clock { return loopctx.Real(clock.NewMock()) }

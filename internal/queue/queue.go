@@ -10,14 +10,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluice-go/sluice/internal/alarm"
+	"github.com/sluice-go/sluice/internal/loopctx"
 	"github.com/sluice-go/sluice/internal/waitq"
-	"github.com/sluice-go/sluice/sched"
+	_ "github.com/sluice-go/sluice/sched" // its init installs loopctx's answers: the Waiter that parks a caller
 )
 
-// A Queue is the core of a Semaphore without its fixed size: a count of
-// free units and the callers waiting for them, served in strict FIFO order
-// with direct hand-off. It is the one parking core of Sluice: a Semaphore is
-// a Queue whose units are permits given back by Release; ticker.Ticker and
+// A Queue is a count of free units and the callers waiting for them,
+// served in strict FIFO order with direct hand-off. It is the one parking
+// core of Sluice: a Semaphore is a Queue whose units are permits given back
+// by Release (up to its size); ticker.Ticker and
 // ratelimiter.Limiter are Queues whose units a Source produces over time
 // (boundaries of a grid, tokens of a bucket).
 //
@@ -26,15 +28,20 @@ import (
 // to the head under the queue's lock, cancellation (a waiter leaves from
 // anywhere in the queue, and its leaving may let those behind it go), the
 // hand-back (a caller whose ctx ended before Acquire returned gives its
-// grant back), and Close. An owner keeps only its own accounting, in its
-// Source.
+// grant back), Close, the refill alarm (armed, while a head waits, for the
+// instant its Source says the head's units are due, and cleared when nobody
+// waits), and for a Settler the hand-over of the state to its lock-free word
+// and back. An owner keeps only its own accounting, in its Source.
 //
 // A Queue is safe for use by many goroutines and fibers at once. The zero
 // value is an empty queue with no free units and no Source.
 type Queue struct {
-	src    Source
-	settle Settler // src, when it is a Settler; else nil
-	reason string  // what a parked caller waits for, in a sched.DeadlockError
+	src       Source
+	settle    Settler      // src, when it is a Settler; else nil
+	settled   bool         // settle has the state (and the free units) in its word; guarded by mu
+	alarm     *alarm.Alarm // calls refill when the head's units are due; nil without a Source
+	reason    string       // what a parked caller waits for, in a sched.DeadlockError
+	failEarly bool         // see Config.FailEarly
 
 	mu     sync.Mutex                   // guards the fields below and the Source's state
 	avail  int64                        // free units
@@ -44,29 +51,27 @@ type Queue struct {
 
 // A Source produces a Queue's units lazily, from its clock: nothing ticks
 // while nobody looks. Every method but Now is called with the queue's lock
-// held, which also guards the Source's own state; they must not block.
+// held, which also guards the Source's own state; they must not block. A
+// Source says what its units are and when they come; the queue does the
+// rest (the waiting, the alarm, and with a Settler, the hand-over).
 type Source interface {
 	// Now reads the source's clock. The queue calls it before taking its
-	// lock, so that a clock read (tens of nanoseconds on some machines) is
-	// never part of the critical section; a reading that is stale by the
-	// time the lock is held must do no harm.
+	// lock, so that a clock read is never part of the critical section; a
+	// reading that is stale by the time the lock is held must do no harm.
 	Now() time.Time
 	// Fill returns avail brought up to date at now: what the source has
 	// produced since it last gave units, added. want is the number of units
 	// about to be asked for (a caller's n, the head waiter's n; 0 when only
 	// looking); waiting reports whether anyone waits.
 	Fill(now time.Time, avail, want int64, waiting bool) int64
-	// Demand tells the source how many more units than avail the head of
-	// the queue needs (0: nobody waits). A source arms its timer for the
-	// instant they will be there, and disarms it at 0: a timer runs only
-	// while someone waits.
-	Demand(now time.Time, need int64)
-	// Until returns how long from now until n units are free if nobody
-	// else waited, or a negative duration if they never will be. Acquire
-	// fails at once, with an error matching context.DeadlineExceeded, when
-	// that is past ctx's deadline; a Source whose waits should last until
-	// the deadline whatever happens returns 0.
-	Until(now time.Time, avail, n int64) time.Duration
+	// Due returns the instant at which n units will be free, avail being
+	// free now (avail < n), if nobody else takes any: the queue arms its
+	// alarm for it while a head of n waits, and with Config.FailEarly
+	// fails at once a wait whose ctx ends before it. ok is false when the
+	// Source cannot say they will ever be there (a shared bucket whose
+	// policy refuses n): such a wait fails at once with FailEarly, and at
+	// is when the alarm asks the Source again.
+	Due(now time.Time, avail, n int64) (at time.Time, ok bool)
 	// Take is told of a grant of n units and returns a mark that Acquire
 	// reports to its caller (a ticker's boundary).
 	Take(n int64) (mark int64)
@@ -85,89 +90,99 @@ type Source interface {
 // A Settler is a Source that can keep its state, and the queue's free
 // units, outside the queue's lock while nobody waits: in a word of its own
 // that its owner updates lock-free (a rate limiter's one-CAS path for a
-// token that is there). Such a Source must bring that state back under the
-// lock by itself, in whichever of its methods the queue calls first in an
-// operation, adding it to the avail it is given (the queue's units are
-// additive, so what the queue holds meanwhile stays its own).
+// token that is there). The queue decides when the word has the state:
 //
-// Settle is called with the lock held at the end of an operation that
-// leaves the queue open with nobody waiting. It returns the free units the
-// queue keeps: 0 when the source took them all into its word, avail when
-// it keeps the state under the lock. Between a Settle that returned 0 and
-// the next locked call the queue's units are the source's, so a fast path
-// outside the lock may decide only while the source holds them: never while
-// anyone waits or after Close, and nobody is passed.
+//   - Settle is called with the lock held at the end of every operation
+//     that leaves the queue open with nobody waiting (and by Init). It
+//     reports whether the Settler took the state, with the avail free
+//     units, into its word; the queue then keeps 0 free units until Hold.
+//     False: the state stays under the lock.
+//   - Hold is called with the lock held at the start of every operation
+//     after a Settle that took the state, before any other method: it
+//     brings the state back under the lock (from then on a fast path
+//     outside the lock must refuse to decide) and returns the free units
+//     the word had.
+//
+// So a fast path outside the lock decides only while nobody waits and
+// before Close, and never passes a parked caller.
 type Settler interface {
 	Source
-	Settle(now time.Time, avail int64) int64
+	Settle(avail int64) bool
+	Hold() (avail int64)
 }
 
-// New returns a queue with avail free units, fed by src (nil for none:
-// units then come only from Release). reason names the wait in a
-// sched.DeadlockError, for example "ratelimiter.Acquire".
-func New(reason string, avail int64, src Source) *Queue {
+// Config is what an owner tells New about its queue.
+type Config struct {
+	// Reason names the wait in a sched.DeadlockError, for example
+	// "ratelimiter.Acquire".
+	Reason string
+	// Avail is the number of free units at the start.
+	Avail int64
+	// Source produces the units over time; nil for none (units then come
+	// only from Release). A Settler is offered the state at once.
+	Source Source
+	// Clock runs the refill alarm; required with a Source.
+	Clock loopctx.Clock
+	// FailEarly makes Acquire fail at once, with an error matching
+	// context.DeadlineExceeded, when the Source says the units cannot be
+	// due before ctx's deadline (a rate limiter's rule, as x/time/rate's
+	// Wait). Without it a wait lasts until its deadline (a ticker's: a
+	// Reset may bring the boundary closer meanwhile).
+	FailEarly bool
+}
+
+// New returns a queue set up as cfg says.
+func New(cfg Config) *Queue {
 	q := &Queue{}
-	q.Init(reason, avail, src)
+	q.Init(cfg)
 	return q
 }
 
 // Init sets up a zero Queue as New does, for an owner that holds its Queue
 // by value (one allocation and one pointer fewer on every call).
-func (q *Queue) Init(reason string, avail int64, src Source) {
-	q.reason, q.avail, q.src = reason, avail, src
-	q.settle, _ = src.(Settler)
+func (q *Queue) Init(cfg Config) {
+	q.reason, q.avail, q.src, q.failEarly = cfg.Reason, cfg.Avail, cfg.Source, cfg.FailEarly
+	q.settle, _ = cfg.Source.(Settler)
+	if cfg.Source != nil {
+		q.alarm = alarm.New(cfg.Clock, q.refill)
+	}
+	q.settleLocked()
 }
 
-// TakeFree takes n units if they are free and nobody waits, for a queue
-// without a Source (a semaphore's): no clock, no refill, no settling. Why
-// apart from TryAcquire: it is small enough to inline into its caller's
-// fast path, which Acquire, with its parking, is not.
-func (q *Queue) TakeFree(n int64) bool {
+// lock takes the queue's lock and, when a Settler's word has the state,
+// brings it back under the lock: every operation that reads or changes the
+// state starts here.
+func (q *Queue) lock() {
 	q.mu.Lock()
-	ok := q.closed == nil && q.queue.Len() == 0 && q.avail >= n
-	if ok {
-		q.avail -= n
+	if q.settled {
+		q.avail, q.settled = q.settle.Hold(), false
 	}
+}
+
+// unlock offers a Settler the state back (when nobody waits on an open
+// queue) and releases the lock: every operation that started with lock
+// ends here.
+func (q *Queue) unlock() {
+	q.settleLocked()
 	q.mu.Unlock()
-	return ok
 }
 
-// ReleaseUpTo is Release for an owner whose free units never exceed max (a
-// semaphore's size): when n would take them past max it adds nothing and
-// returns false with the units held (max less the free ones).
-func (q *Queue) ReleaseUpTo(n, max int64) (held int64, ok bool) {
-	now := q.now()
-	q.mu.Lock()
-	if q.avail+n > max || q.avail+n < q.avail {
-		held = max - q.avail
-		q.mu.Unlock()
-		return held, false
-	}
-	q.avail += n
-	if q.queue.Len() > 0 {
-		q.serveLocked(now)
-	}
-	q.mu.Unlock()
-	return 0, true
-}
-
-// settleLocked lets a Settler take the state back into its own word at the
-// end of an operation that leaves nobody waiting on an open queue. q.mu is
-// held.
-func (q *Queue) settleLocked(now time.Time) {
-	if q.settle != nil && q.closed == nil && q.queue.Front() == nil {
-		q.avail = q.settle.Settle(now, q.avail)
+// settleLocked lets a Settler take the state into its own word if nobody
+// waits on an open queue. q.mu is held (or q is not shared yet).
+func (q *Queue) settleLocked() {
+	if q.settle != nil && !q.settled && q.closed == nil && q.queue.Front() == nil && q.settle.Settle(q.avail) {
+		q.avail, q.settled = 0, true
 	}
 }
 
-// A waiter is one parked Acquire. Waiters are pooled: the sched.Waiter inside
-// is reusable once Wait has returned and makes a new channel for every
-// goroutine-mode wait, so a pooled waiter never carries a channel from one
-// testing/synctest bubble to another; OnCancel is bound once per node, so a
-// parked fiber allocates nothing.
+// A waiter is one parked Acquire. Waiters are pooled: the loopctx.Waiter
+// inside is reusable once Wait has returned and makes a new channel for
+// every goroutine-mode wait, so a pooled waiter never carries a channel from
+// one testing/synctest bubble to another; its cancellation is bound once per
+// node, so a parked fiber allocates nothing.
 type waiter struct {
 	waitq.Links[waiter] // in the queue; guarded by q.mu
-	w                   sched.Waiter
+	w                   loopctx.Waiter
 	q                   *Queue
 	n                   int64
 	mark                int64     // the Source's mark of the grant
@@ -178,7 +193,7 @@ type waiter struct {
 
 var waiterPool = sync.Pool{New: func() any {
 	wt := &waiter{}
-	wt.w.OnCancel = wt.cancel
+	wt.w = loopctx.NewWaiter(wt.cancel)
 	return wt
 }}
 
@@ -237,18 +252,16 @@ func (q *Queue) Acquire(ctx context.Context, n int64) (mark int64, err error) {
 //go:noinline
 func (q *Queue) acquireNow(ctx context.Context, n int64) (now time.Time, mark int64, done bool, err error) {
 	now = q.now()
-	q.mu.Lock()
+	q.lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		return now, mark, true, err
 	}
 	if err := q.checkDeadline(ctx, now, n); err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		return now, 0, true, err
 	}
-	q.mu.Unlock()
+	q.unlock()
 	return now, 0, false, nil
 }
 
@@ -261,12 +274,10 @@ func (q *Queue) acquireNow(ctx context.Context, n int64) (now time.Time, mark in
 func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter, mark int64, err error) {
 	wt = waiterPool.Get().(*waiter)
 	wt.q, wt.n, wt.mark, wt.err, wt.granted = q, n, 0, nil, false
-	wt.w.Reason, wt.w.N = q.reason, n
-	wt.w.Prepare(ctx)
-	q.mu.Lock()
+	wt.w.Prepare(ctx, q.reason, n)
+	q.lock()
 	if mark, ok, err := q.tryLocked(now, n); ok || err != nil {
-		q.settleLocked(now)
-		q.mu.Unlock()
+		q.unlock()
 		wt.q = nil
 		waiterPool.Put(wt)
 		return nil, mark, err
@@ -275,7 +286,7 @@ func (q *Queue) enqueue(ctx context.Context, n int64, now time.Time) (wt *waiter
 	if q.queue.Front() == wt {
 		q.serveLocked(now) // a Source may give the new head units at once
 	}
-	q.mu.Unlock()
+	q.unlock()
 	// A standard context makes its Done channel on first use; made here,
 	// the allocation runs before the wait, not deep inside it.
 	ctx.Done()
@@ -345,17 +356,21 @@ func (q *Queue) tryLocked(now time.Time, n int64) (mark int64, ok bool, err erro
 // checkDeadline fails a wait that cannot end before ctx's deadline even if
 // every caller ahead gave up. q.mu is held.
 func (q *Queue) checkDeadline(ctx context.Context, now time.Time, n int64) error {
-	if q.src == nil {
+	if !q.failEarly || q.avail >= n {
 		return nil
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		return nil
 	}
+	at, due := q.src.Due(now, q.avail, n)
+	d := max(at.Sub(now), 0)
 	// Strictly before: at the deadline instant itself the ctx has ended.
-	d := q.src.Until(now, q.avail, n)
-	if d >= 0 && now.Add(d).Before(deadline) {
+	if due && now.Add(d).Before(deadline) {
 		return nil
+	}
+	if !due {
+		d = -1
 	}
 	return q.deadlineError(n, d, deadline.Sub(now))
 }
@@ -378,49 +393,70 @@ func (q *Queue) deadlineError(n int64, d, left time.Duration) error {
 // with the Source's mark of the grant. It fails while any Acquire is parked,
 // even if n units are free (no barging), and once the queue is closed.
 func (q *Queue) TryAcquire(n int64) (mark int64, ok bool) {
-	now := q.now()
-	q.mu.Lock()
+	if q.src == nil {
+		// The free units are all there is: no clock to read, nothing to
+		// fill or settle. Why a path of its own: it is a semaphore's
+		// every uncontended Acquire and TryAcquire.
+		q.mu.Lock()
+		ok = q.closed == nil && q.queue.Len() == 0 && q.avail >= n
+		if ok {
+			q.avail -= n
+		}
+		q.mu.Unlock()
+		return 0, ok
+	}
+	now := q.src.Now()
+	q.lock()
 	mark, ok, err := q.tryLocked(now, n)
-	q.settleLocked(now)
-	q.mu.Unlock()
+	q.unlock()
 	return mark, ok && err == nil
 }
 
-// Release adds n free units and hands them to the waiters at the head of
-// the queue, in order, as far as they go.
-func (q *Queue) Release(n int64) {
+// Release adds n free units, unless that would take them past max (a
+// semaphore's size; math.MaxInt64 for no bound), and hands them to the
+// waiters at the head of the queue, in order, as far as they go. When n
+// would take the free units past max it adds nothing and returns false
+// with the units held (max less the free ones).
+func (q *Queue) Release(n, max int64) (held int64, ok bool) {
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
+	if q.avail+n > max || q.avail+n < q.avail {
+		held = max - q.avail
+		q.unlock()
+		return held, false
+	}
 	q.avail += n
-	q.serveLocked(now)
-	q.mu.Unlock()
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
+	}
+	q.unlock()
+	return 0, true
 }
 
-// Refill asks the Source for what it has produced, serves the waiters it
-// covers, and re-arms the Source for the new head. It is what a Source's
-// timer calls.
-func (q *Queue) Refill() {
+// refill asks the Source for what it has produced, serves the waiters it
+// covers, and re-arms the alarm for the new head. The alarm calls it.
+func (q *Queue) refill() {
 	now := q.now()
-	q.mu.Lock()
-	if q.closed == nil && q.src != nil {
+	q.lock()
+	if q.closed == nil {
 		// No Do(nil): its State would escape to the heap, and a refill is
 		// on every parked caller's path.
 		q.avail = q.src.Fill(now, q.avail, 0, q.queue.Len() > 0)
 		q.serveLocked(now)
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // Do runs f with the queue's lock held, on the queue's state with the free
 // units brought up to date, and keeps the units f leaves in s.Avail; then
-// it serves the queue and tells the Source what the head now needs. It is
+// it serves the queue and re-arms the alarm for the head. It is
 // how an owner reads or changes its Source's state (a rate, a burst, a
 // grid) so that parked callers are re-timed at once. On a closed queue f
 // still runs, on the units as they were, and nothing is served.
 func (q *Queue) Do(f func(s *State)) {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	st := State{Now: now, Avail: q.avail, Waiting: q.queue.Len() > 0, Closed: q.closed != nil}
 	if !st.Closed && q.src != nil {
 		st.Avail = q.src.Fill(now, st.Avail, 0, st.Waiting)
@@ -439,7 +475,8 @@ type State struct {
 }
 
 // serveLocked grants units to the waiters from the head while the head's
-// request is covered, then tells the Source what the new head needs.
+// request is covered, then arms the alarm for the instant the new head's
+// units are due, or clears it when nobody waits.
 // Strict FIFO: a large request at the head blocks smaller ones behind it,
 // so a steady trickle of small requests can never starve a large one.
 // q.mu is held.
@@ -472,16 +509,16 @@ func (q *Queue) serveLocked(now time.Time) {
 	if q.src == nil {
 		return
 	}
-	var need int64
 	if head := q.queue.Front(); head != nil {
-		need = head.n - q.avail
+		// The loop above stopped at it: head.n > q.avail.
+		at, _ := q.src.Due(now, q.avail, head.n)
+		q.alarm.Set(now, at)
 	} else {
 		// Nobody waits: let the Source cap what it keeps (a bucket holds
 		// at most its burst).
 		q.avail = q.src.Fill(now, q.avail, 0, false)
+		q.alarm.Clear()
 	}
-	q.src.Demand(now, need)
-	q.settleLocked(now)
 }
 
 // giveBack returns a grant's units to the free count, as far as the Source
@@ -521,19 +558,19 @@ func (q *Queue) leaveLocked(now time.Time) {
 // returned.
 func (q *Queue) handBack(wt *waiter) {
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
 	wt.granted = false
 	q.giveBack(now, wt)
 	q.serveLocked(now)
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // abandon undoes a wait whose fiber was stopped mid-wait. The waiter is not
 // reused.
 func (q *Queue) abandon(wt *waiter) {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	switch {
 	case wt.Queued():
 		wasHead := q.queue.Front() == wt
@@ -555,7 +592,7 @@ func (q *Queue) abandon(wt *waiter) {
 func (wt *waiter) cancel() {
 	q := wt.q
 	now := q.now()
-	q.mu.Lock()
+	q.lock()
 	if wt.Queued() {
 		wasHead := q.queue.Front() == wt
 		q.queue.Remove(wt)
@@ -564,16 +601,16 @@ func (wt *waiter) cancel() {
 			q.serveLocked(now)
 		}
 	}
-	q.mu.Unlock()
+	q.unlock()
 }
 
-// Close fails every parked Acquire and every later one with err, tells the
-// Source nobody waits, and reports whether it was the first Close (only the
+// Close fails every parked Acquire and every later one with err, clears the
+// alarm, and reports whether it was the first Close (only the
 // first has an effect). Units keep their accounting: Release still works.
 func (q *Queue) Close(err error) bool {
 	now := q.now()
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.lock()
+	defer q.unlock()
 	if q.closed != nil {
 		return false
 	}
@@ -591,8 +628,8 @@ func (q *Queue) Close(err error) bool {
 		wt.err = err
 		wt.w.Wake() // false: it was cancelled meanwhile and returns ctx.Err()
 	}
-	if q.src != nil {
-		q.src.Demand(now, 0)
+	if q.alarm != nil {
+		q.alarm.Clear()
 	}
 	return true
 }
@@ -607,7 +644,7 @@ func (q *Queue) Closed() error {
 // Available returns the number of free units, as last brought up to date.
 // Units may be free while callers wait: the head needs more than are free.
 // With a Settler Source it counts only the units the queue holds (0 while
-// the Source's own word has them).
+// the Settler's word has them).
 func (q *Queue) Available() int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()

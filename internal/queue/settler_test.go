@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -15,11 +16,13 @@ import (
 
 // wordSource is a Settler whose free units live, while settled, in a word
 // that take decrements without the queue's lock (a rate limiter's fast
-// path in miniature). Its methods record misuse by the queue: a Settle
-// while someone waits, or after Close.
+// path in miniature). Its methods record misuse by the queue: a Source
+// method called while the word has the state (no Hold first), a Hold of a
+// state the word does not have, a Settle while someone waits or after
+// Close.
 type wordSource struct {
 	word    atomic.Int64 // free units while settled; -1 while the queue holds them
-	waiting bool         // the last Demand asked for units; guarded by the queue's lock
+	waiting bool         // the last Fill was told someone waits; guarded by the queue's lock
 	closed  bool
 	misuse  []string
 }
@@ -43,25 +46,46 @@ func (s *wordSource) take(n int64) (ok, decided bool) {
 	}
 }
 
-func (s *wordSource) hold(avail int64) int64 {
-	if w := s.word.Swap(wordHeld); w != wordHeld {
-		avail += w
+// held records a Source method called while the word has the state.
+func (s *wordSource) held(method string) {
+	if s.word.Load() != wordHeld {
+		s.misuse = append(s.misuse, method+" before Hold")
 	}
+}
+
+func (s *wordSource) Now() time.Time { return time.Time{} }
+func (s *wordSource) Take(int64) int64 {
+	s.held("Take")
+	return 0
+}
+
+func (s *wordSource) Fill(_ time.Time, avail, _ int64, waiting bool) int64 {
+	s.held("Fill")
+	s.waiting = waiting
 	return avail
 }
 
-func (s *wordSource) Now() time.Time                                 { return time.Time{} }
-func (s *wordSource) Fill(_ time.Time, avail, _ int64, _ bool) int64 { return s.hold(avail) }
-func (s *wordSource) Until(time.Time, int64, int64) time.Duration    { return 0 }
-func (s *wordSource) Take(int64) int64                               { return 0 }
-func (s *wordSource) Return(_, _ time.Time, avail, n, _ int64) int64 { return s.hold(avail) + n }
-
-func (s *wordSource) Demand(_ time.Time, need int64) {
-	s.hold(0)
-	s.waiting = need > 0
+func (s *wordSource) Due(now time.Time, _, _ int64) (time.Time, bool) {
+	s.held("Due")
+	return now, true
 }
 
-func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
+func (s *wordSource) Return(_, _ time.Time, avail, n, _ int64) int64 {
+	s.held("Return")
+	return avail + n
+}
+
+func (s *wordSource) Hold() int64 {
+	w := s.word.Swap(wordHeld)
+	if w == wordHeld {
+		s.misuse = append(s.misuse, "Hold while held")
+		return 0
+	}
+	return w
+}
+
+func (s *wordSource) Settle(avail int64) bool {
+	s.held("Settle")
 	if s.waiting {
 		s.misuse = append(s.misuse, "Settle while someone waits")
 	}
@@ -69,7 +93,7 @@ func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
 		s.misuse = append(s.misuse, "Settle after Close")
 	}
 	s.word.Store(avail)
-	return 0
+	return true
 }
 
 // TestSettlerHoldsWhileAnyoneWaits: a queue whose Source keeps its units in
@@ -79,8 +103,9 @@ func (s *wordSource) Settle(_ time.Time, avail int64) int64 {
 // across the moves.
 func TestSettlerHoldsWhileAnyoneWaits(t *testing.T) {
 	src := &wordSource{}
-	src.word.Store(3)
-	q := queue.New("test", 0, src)
+	src.word.Store(wordHeld)
+	q := queue.New(queue.Config{Reason: "test", Avail: 3, Source: src, Clock: mockClock()})
+	require.Equal(t, int64(3), src.word.Load(), "settled at once")
 	ok, decided := src.take(1)
 	require.True(t, ok && decided)
 	_, ok = q.TryAcquire(1) // under the lock: holds, takes, hands back
@@ -97,7 +122,7 @@ func TestSettlerHoldsWhileAnyoneWaits(t *testing.T) {
 	assert.False(t, decided, "the word is held while a caller waits")
 	_, ok = q.TryAcquire(1)
 	assert.False(t, ok, "no barging")
-	q.Release(2) // 1 held + 2: the head's 3
+	q.Release(2, math.MaxInt64) // 1 held + 2: the head's 3
 	select {
 	case err := <-got:
 		require.NoError(t, err)
@@ -108,15 +133,15 @@ func TestSettlerHoldsWhileAnyoneWaits(t *testing.T) {
 	}
 	assert.Equal(t, int64(0), src.word.Load(), "handed back once the queue is empty")
 
-	q.Release(2)
+	q.Release(2, math.MaxInt64)
 	ok, decided = src.take(2)
 	require.True(t, ok && decided)
-	q.Release(1)
+	q.Release(1, math.MaxInt64)
 	require.True(t, q.Close(context.Canceled))
 	src.closed = true // read by Settle under the lock only: Close has returned
 	_, decided = src.take(1)
 	assert.False(t, decided, "held for good after Close")
-	q.Release(1)
+	q.Release(1, math.MaxInt64)
 	assert.Equal(t, int64(2), q.Available(), "the units of the Close instant, and Release after it")
 	assert.Empty(t, src.misuse)
 }

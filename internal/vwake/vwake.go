@@ -11,7 +11,7 @@ package vwake
 
 import "sync/atomic"
 
-// A Waker is what a bound timer calls when it fires (sched's *Waiter).
+// A Waker is what a bound timer calls when it fires (sched's *waiter).
 type Waker interface{ Wake() bool }
 
 // Bind makes t, a zero *vclock.Timer, a timer of c (a *vclock.Clock) whose
