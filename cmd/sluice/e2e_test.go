@@ -180,7 +180,7 @@ func TestServeBadFlagsExit2(t *testing.T) {
 		want string
 	}{
 		{[]string{"-limits", "a=1:1,b=oops"}, `-limits entry 2 "b=oops"`},
-		{[]string{"-fail", "maybe"}, `-fail "maybe"`},
+		{[]string{"-fail", "maybe"}, `-fail: fail mode "maybe": want open or closed`},
 		{[]string{"-rate", "0"}, "rate 0"},
 		{[]string{"-store", "nope"}, `-store "nope"`},
 		{[]string{"-max-overrides", "-1"}, "-max-overrides -1: must not be negative"},

@@ -256,6 +256,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.storeLat = s.metrics.storeLatency.WithLabelValues(cfg.Store.Name())
 	s.storeErr = s.metrics.storeErrors.WithLabelValues(cfg.Store.Name())
+	s.uiLatencyStart()
 
 	s.clients = newClientNames(cfg.ClientNames, cfg.Registry)
 	if err := s.initLeases(cfg.Leases); err != nil {

@@ -82,6 +82,7 @@ type uiData struct {
 		Kind    string
 		Healthy bool
 		Fail    string
+		Latency *service.UILatency
 	} `json:"store"`
 	Config struct {
 		Files        []string `json:"files"`
@@ -218,4 +219,15 @@ func TestUIShowsReloadError(t *testing.T) {
 	assert.EqualValues(t, 1, d.Config.ReloadsFails)
 	assert.Equal(t, []string{good}, d.Config.Files, "the files in force")
 	assert.Contains(t, f.get(t, "/ui").raw, "fortnight", "the page shows the error")
+}
+
+// TestUILatencyCountsFromStart: in a server's first minute the page's store
+// latency covers every decision since the start, including those made
+// before the page's first sample.
+func TestUILatencyCountsFromStart(t *testing.T) {
+	f := newFixture(t, nil)
+	f.drive(t, "a", 5) // before any sample: the fixture runs no sampler
+	d := f.uiData(t)   // the page load takes the first sample
+	require.NotNil(t, d.Store.Latency)
+	assert.EqualValues(t, 5, d.Store.Latency.Count)
 }

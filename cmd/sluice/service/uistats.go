@@ -379,6 +379,25 @@ func (s *Server) latencyNow() (bounds []float64, counts []uint64) {
 	return bounds, append(counts, d.Histogram.GetSampleCount())
 }
 
+// uiLatencyStart records the store latency histogram as New leaves it, as
+// the ring's tick 0: the baseline of the page's latency until a minute of
+// samples has replaced it. Why not the first sample: the sampler starts
+// after the listener, and the page's own samples come at its loads, so
+// decisions made before either would be left out.
+func (s *Server) uiLatencyStart() {
+	u := &s.ui
+	if u.off {
+		return
+	}
+	bounds, lat := s.latencyNow()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if lat != nil {
+		u.latBounds = bounds
+		u.lat[0], u.latAt[0] = lat, u.started
+	}
+}
+
 // latencyQuantiles returns the store latency quantiles qs over the last
 // minute: the histogram now (cur, from latencyNow) less the oldest sample
 // of the ring (at most a minute old; the one taken at start when younger),
@@ -391,8 +410,8 @@ func (u *uiStats) latencyQuantiles(cur []uint64, now time.Time, qs ...float64) (
 	var prev []uint64
 	since := u.started
 	for back := int64(uiLatencyRing - 1); back >= 0; back-- {
-		if u.ticks-back < 1 {
-			continue
+		if u.ticks-back < 0 {
+			continue // tick 0 is the start's (uiLatencyStart)
 		}
 		if i := (u.ticks - back) % uiLatencyRing; u.lat[i] != nil {
 			prev, since = u.lat[i], u.latAt[i]
