@@ -95,8 +95,10 @@ func TestRLSSeveralDescriptorsOneRedisCall(t *testing.T) {
 			t.Cleanup(func() { _ = rc.Close() })
 
 			promo, phone, ip := desc("kind", "promo", "phone", "555"), desc("phone", "555"), desc("client_ip", "203.0.113.9")
-			// The first request loads the script (NOSCRIPT, then EVAL).
+			// The first requests load the script (NOSCRIPT, then EVAL) and
+			// open the client's connections.
 			f.ask(t, "edge", 0, ip)
+			f.ask(t, "sms", 0, desc("phone", "1"), desc("phone", "2"))
 			require.NoError(t, rc.ConfigResetStat(context.Background()).Err())
 
 			for i := 1; i <= 4; i++ {
