@@ -26,7 +26,10 @@ import (
 // A request names a domain and a list of descriptors; each descriptor is
 // matched against the rules (Config.Rules) and decided on its own, spending
 // its cost from its rule's bucket even when another descriptor of the same
-// request is over its limit (as envoyproxy/ratelimit does). The response
+// request is over its limit (as envoyproxy/ratelimit does). The descriptors
+// that reach the store go to it in one call when it takes several
+// (store.Batch: on Redis one round trip, as envoyproxy/ratelimit's one
+// pipeline per request), each answered as if decided alone. The response
 // is OVER_LIMIT when any descriptor of a rule without quota_mode is, or when
 // the request has descriptors of quota_mode rules and every one of them is
 // (a quota_mode rule's own status still says OVER_LIMIT). Per descriptor:

@@ -1,0 +1,89 @@
+//go:build unix
+
+package service
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"syscall"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluice-go/sluice/cmd/sluice/redisstore"
+	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/internal/redistest"
+	"github.com/sluice-go/sluice/store"
+)
+
+// oneByOne hides a store's store.Batch: the gate then asks it one
+// descriptor after another, as before requests went to it in one call.
+type oneByOne struct{ store.Store }
+
+// BenchmarkShouldRateLimitRedis3 is ShouldRateLimit's cost for a request of
+// three descriptors on a real Redis, without gRPC: "one-call" sends them in
+// one round trip (store.Batch), "in-turn" one after another. One caller at
+// a time, so ns/op is a request's latency; cpu-µs/op (the process's CPU
+// time, the client's side only) and allocs/op are its cost:
+//
+//	SLUICE_REQUIRE_REDIS=1 go test -run '^$' -bench ShouldRateLimitRedis3 -count 5 ./service
+func BenchmarkShouldRateLimitRedis3(b *testing.B) {
+	yaml := "domain: http\ndescriptors:\n"
+	for j := range 3 {
+		yaml += "  - key: key" + strconv.Itoa(j) + "\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n"
+	}
+	c, err := rules.Parse("bench.yaml", []byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rs, err := redisstore.Open(redistest.Start(b).URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	reqs := make([]*rlsv3.RateLimitRequest, 1024)
+	for i := range reqs {
+		r := &rlsv3.RateLimitRequest{Domain: "http"}
+		for j := range 3 {
+			r.Descriptors = append(r.Descriptors, &ratelimitv3.RateLimitDescriptor{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key" + strconv.Itoa(j), Value: "k" + strconv.Itoa(i)}}})
+		}
+		reqs[i] = r
+	}
+	for _, mode := range []string{"one-call", "in-turn"} {
+		b.Run(mode, func(b *testing.B) {
+			var st store.Store = rs
+			if mode == "in-turn" {
+				st = oneByOne{rs}
+			}
+			srv, err := New(Config{Store: st, Default: store.Policy{Rate: 1e6, Burst: 1e6}, Rules: c,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			g := &rateLimitService{s: srv}
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for i := 0; b.Loop(); i++ {
+				r, err := g.ShouldRateLimit(ctx, reqs[i&1023])
+				if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Fatal(r, err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/1e3/float64(b.N), "cpu-µs/op")
+		})
+	}
+}
+
+// cpuTime is the CPU time this process has used (user + system), in ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
