@@ -37,9 +37,9 @@ type AllOrNothing interface {
 // order (a key may appear more than once; its later requests count what
 // the earlier ones spent), so the answers are those of calling Allow for
 // each in turn. What it saves is the waiting: the Redis store sends them
-// all in one round trip. The Redis store and Breaker implement it; for
-// the in-process stores a loop of Allow costs as much, and callers fall
-// back to one (see AllowEach).
+// all in one round trip. The Redis store, the memory store (a loop of
+// Allow: nothing to save in process) and Breaker implement it; for other
+// stores callers fall back to Allow in turn (see AllowEach).
 type Batch interface {
 	// AllowEach decides reqs[i] into out[i] and errs[i] (len(out) and
 	// len(errs) ≥ len(reqs)), each as Allow(ctx, reqs[i].Key,

@@ -4,11 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -135,4 +137,70 @@ func remaining(r *rlsv3.RateLimitResponse) []uint32 {
 		out[i] = s.LimitRemaining
 	}
 	return out
+}
+
+// With Redis killed, each descriptor of a request decided in one call
+// follows the fail mode on its own and counts as a store error, as when
+// decided one after another; unmatched ones stay OK.
+func TestRLSSeveralDescriptorsRedisKilled(t *testing.T) {
+	for _, open := range []bool{true, false} {
+		t.Run(map[bool]string{true: "open", false: "closed"}[open], func(t *testing.T) {
+			rs := redistest.Start(t)
+			st, err := redisstore.Open(rs.URL())
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = st.Close() })
+			c, err := rules.Parse("r.yaml", []byte(rlsRules))
+			require.NoError(t, err)
+			srv, err := service.New(service.Config{
+				Store: st, Default: store.Policy{Rate: 1, Burst: 1}, Fail: failMode(open),
+				StoreTimeout: 5 * time.Second, Rules: c,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			})
+			require.NoError(t, err)
+			f := &rlsFixture{rls: serveGRPC(t, srv)}
+			ts := httptest.NewServer(srv)
+			t.Cleanup(ts.Close)
+
+			a, b := desc("client_ip", "203.0.113.9"), desc("client_ip", "203.0.113.10")
+			r := f.ask(t, "edge", 0, a, b)
+			require.Equal(t, []rlsv3.RateLimitResponse_Code{OK, OK, OK}, codesOf(r))
+			require.Equal(t, []uint32{9, 9}, remaining(r), "Redis decides")
+
+			rs.Kill()
+			r = f.ask(t, "edge", 0, a, desc("fax", "1"), b)
+			if open {
+				assert.Equal(t, []rlsv3.RateLimitResponse_Code{OK, OK, OK, OK}, codesOf(r))
+				assert.Nil(t, r.Statuses[0].DurationUntilReset)
+				assert.Nil(t, r.Statuses[2].DurationUntilReset)
+			} else {
+				assert.Equal(t, []rlsv3.RateLimitResponse_Code{OVER, OVER, OK, OVER}, codesOf(r))
+				assert.Equal(t, time.Second, r.Statuses[0].DurationUntilReset.AsDuration())
+				assert.Equal(t, time.Second, r.Statuses[2].DurationUntilReset.AsDuration())
+			}
+			assert.EqualValues(t, 10, r.Statuses[2].CurrentLimit.RequestsPerUnit)
+			assert.Nil(t, r.Statuses[1].CurrentLimit)
+			fr := (&fixture{ts: ts}).get(t, "/metrics").raw
+			assert.Contains(t, fr, `sluice_store_errors_total{store="redis"} 2`)
+			assert.Contains(t, fr, `sluice_decisions_total{policy="edge.client_ip",result="store_error"} 2`)
+			assert.Contains(t, fr, `sluice_store_latency_seconds_count{store="redis"} 4`, "one per descriptor the store decided")
+		})
+	}
+}
+
+// A request with more descriptors than the one-call path keeps on its
+// stack (8) is answered the same, each descriptor on its own bucket.
+func TestRLSManyDescriptors(t *testing.T) {
+	f := newRLS(t, rlsRules, nil)
+	var ds []*ratelimitv3.RateLimitDescriptor
+	for i := range 11 {
+		ds = append(ds, desc("client_ip", "198.51.100."+strconv.Itoa(i%10)))
+	}
+	r := f.ask(t, "edge", 2, ds...)
+	want := make([]uint32, 11)
+	for i := range want {
+		want[i] = 8
+	}
+	want[10] = 6 // the same address as the first: it counts the first's spend
+	assert.Equal(t, want, remaining(r))
+	assert.Equal(t, OK, r.OverallCode)
 }
