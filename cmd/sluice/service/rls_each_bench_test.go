@@ -25,18 +25,21 @@ import (
 // the gate asks the store one descriptor after another, as before requests
 // went to it in one call, while its other methods (and selfbound marks)
 // stay.
+//
+//lint:ignore U1000 used by being embedded: it hides the stores' AllowEach
 type noEach struct{}
 
+//lint:ignore U1000 never called: it only makes AllowEach ambiguous
 func (noEach) AllowEach() {}
 
 type (
 	memOneByOne struct {
 		*store.Memory
-		noEach
+		noEach //lint:ignore U1000 see noEach
 	}
 	redisOneByOne struct {
 		*redisstore.Store
-		noEach
+		noEach //lint:ignore U1000 see noEach
 	}
 )
 
