@@ -103,3 +103,12 @@ func (m *Memory) giveBack(key string, need int64) {
 		slot.tat.Add(-need) // never frozen under the lock
 	}
 }
+
+// AllowEach implements Batch as Allow for each request in turn: in process
+// there is no round trip to save. Why implement it at all: callers such as
+// `sluice serve` then take their one-call path on every store alike, so
+// what it answers is held to the same tests on the memory store as on
+// Redis. It never blocks and ignores ctx.
+func (m *Memory) AllowEach(ctx context.Context, reqs []Request, out []Result, errs []error) {
+	allowEach(ctx, m, reqs, out, errs)
+}

@@ -31,3 +31,39 @@ type AllOrNothing interface {
 	// valid policies; an error means no decision (and nothing spent).
 	DecideAll(ctx context.Context, reqs []Request, spend bool, out []Result) (spent bool, err error)
 }
+
+// Batch is a Store that decides several independent requests in one call:
+// each is decided, and spends or not, exactly as its own Allow would, in
+// order (a key may appear more than once; its later requests count what
+// the earlier ones spent), so the answers are those of calling Allow for
+// each in turn. What it saves is the waiting: the Redis store sends them
+// all in one round trip. The Redis store, the memory store (a loop of
+// Allow: nothing to save in process) and Breaker implement it; for other
+// stores callers fall back to Allow in turn (see AllowEach).
+type Batch interface {
+	// AllowEach decides reqs[i] into out[i] and errs[i] (len(out) and
+	// len(errs) ≥ len(reqs)), each as Allow(ctx, reqs[i].Key,
+	// reqs[i].Cost, reqs[i].Policy) would: errs[i] non-nil means no
+	// decision for reqs[i] (and Allow's doc says when it may still have
+	// been counted); the others are decided regardless. It blocks for
+	// one round trip of the store, bounded as Allow is; when ctx ends
+	// first every request not yet answered gets an error. Safe for
+	// concurrent use.
+	AllowEach(ctx context.Context, reqs []Request, out []Result, errs []error)
+}
+
+// AllowEach decides reqs on s as Batch.AllowEach does: in one call when s
+// is a Batch, else one Allow after another.
+func AllowEach(ctx context.Context, s Store, reqs []Request, out []Result, errs []error) {
+	if b, ok := s.(Batch); ok {
+		b.AllowEach(ctx, reqs, out, errs)
+		return
+	}
+	allowEach(ctx, s, reqs, out, errs)
+}
+
+func allowEach(ctx context.Context, s Store, reqs []Request, out []Result, errs []error) {
+	for i, r := range reqs {
+		out[i], errs[i] = s.Allow(ctx, r.Key, r.Cost, r.Policy)
+	}
+}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,7 +215,11 @@ func runRLS(t *testing.T, s *server, conns, perConn int, d time.Duration) *rlsRu
 //	SLUICE_MEASURE_AB=/tmp/a,/tmp/b SLUICE_MEASURE_PASSES=7 go test -count=1 -run MeasureGRPCAB -v ./cmd/sluice
 //
 // SLUICE_MEASURE_PASSES (default 5) sets the passes; SLUICE_MEASURE_CLIENT=grpc-go
-// drives with grpc-go's client instead.
+// drives with grpc-go's client instead. SLUICE_MEASURE_DESCS=N (default 1)
+// sends N descriptors per request, each on its own rule (then "decisions"
+// are requests); SLUICE_MEASURE_CONNS and SLUICE_MEASURE_STREAMS (default 4
+// each) set the calls in flight. On Redis each pass also logs Redis's CPU
+// per request and, with the lean client, the median latency.
 func TestMeasureGRPCAB(t *testing.T) {
 	bins := strings.Split(os.Getenv("SLUICE_MEASURE_AB"), ",")
 	if len(bins) != 2 {
@@ -225,24 +230,40 @@ func TestMeasureGRPCAB(t *testing.T) {
 	stores := envOr("SLUICE_MEASURE_STORES", "memory")
 	grpcGo := os.Getenv("SLUICE_MEASURE_CLIENT") == "grpc-go"
 	file := filepath.Join(t.TempDir(), "ratelimit.yaml")
-	writeRules(t, file, "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n")
+	descs := envInt("SLUICE_MEASURE_DESCS", 1)
+	conns, streams := envInt("SLUICE_MEASURE_CONNS", 4), envInt("SLUICE_MEASURE_STREAMS", 4)
+	yaml := "domain: http\ndescriptors:\n  - key: key\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	for j := 1; j < descs; j++ {
+		yaml += "  - key: key" + strconv.Itoa(j) + "\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"
+	}
+	writeRules(t, file, yaml)
 	reqs := make([][]byte, 1000)
 	for i := range reqs {
-		b, err := proto.Marshal(&rlsv3.RateLimitRequest{Domain: "http", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "key", Value: "k" + strconv.Itoa(i)}}}}})
+		r := &rlsv3.RateLimitRequest{Domain: "http"}
+		for j := range descs {
+			key := "key"
+			if j > 0 {
+				key += strconv.Itoa(j)
+			}
+			r.Descriptors = append(r.Descriptors, &ratelimitv3.RateLimitDescriptor{
+				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: "k" + strconv.Itoa(i)}}})
+		}
+		b, err := proto.Marshal(r)
 		require.NoError(t, err)
 		reqs[i] = b
 	}
 	d := time.Duration(secs) * time.Second
 	for _, st := range strings.Split(stores, ",") {
 		var srv [2]*server
+		var rds [2]*redistest.Server
 		for i, bin := range bins {
 			st := st
 			switch st {
 			case "shm":
 				st = "shm:" + shmDir(t) // one segment each: the binaries may differ in layout
 			case "redis":
-				st = redistest.Start(t).URL()
+				rds[i] = redistest.Start(t)
+				st = rds[i].URL()
 			}
 			srv[i] = serveBinary(t, bin, "-store", st, "-grpc", "127.0.0.1:0", "-config", file)
 		}
@@ -254,22 +275,35 @@ func TestMeasureGRPCAB(t *testing.T) {
 				m := grpcListenRE.FindStringSubmatch(s.logs.String())
 				require.NotNil(t, m)
 				c0, _ := processCPU(s.cmd.Process.Pid)
+				var r0 time.Duration
+				if rds[i] != nil {
+					r0, _ = processCPU(rds[i].Pid())
+				}
 				var r float64
 				var n int
+				var p50 time.Duration
 				if grpcGo {
-					g := runRLS(t, s, 4, 4, d)
+					g := runRLS(t, s, conns, streams, d)
 					r, n = g.rate, len(g.lat)
 				} else {
-					l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: m[1], Conns: 4, Streams: 4, Requests: reqs, Duration: d})
+					l, err := rlsload.Run(context.Background(), rlsload.Config{Addr: m[1], Conns: conns, Streams: streams, Requests: reqs, Duration: d})
 					require.NoError(t, err)
 					require.Zero(t, l.Failed)
-					r, n = l.Throughput(), l.Decisions()
+					r, n, p50 = l.Throughput(), l.Decisions(), l.Quantile(0.5)
 				}
 				c1, _ := processCPU(s.cmd.Process.Pid)
 				c := perDecision(c1-c0, n)
 				rate[i] = append(rate[i], r)
 				cpu[i] = append(cpu[i], float64(c)/1e3)
-				t.Logf("%s pass %d %s: %.0f decisions/s, server CPU %.1fµs per decision", st, p+1, "AB"[i:i+1], r, float64(c)/1e3)
+				extra := ""
+				if rds[i] != nil {
+					r1, _ := processCPU(rds[i].Pid())
+					extra = fmt.Sprintf(", Redis CPU %.1fµs", float64(perDecision(r1-r0, n))/1e3)
+				}
+				if p50 > 0 {
+					extra += fmt.Sprintf(", median latency %v", p50.Round(time.Microsecond))
+				}
+				t.Logf("%s pass %d %s: %.0f decisions/s, server CPU %.1fµs per decision%s", st, p+1, "AB"[i:i+1], r, float64(c)/1e3, extra)
 			}
 		}
 		logAB(t, st, rate, cpu)

@@ -94,6 +94,7 @@ type Gate struct {
 	log      *slog.Logger
 	prefix   string
 	onOutage func(error)
+	each     bool // the store (under a breaker) is a store.Batch: see Batches
 }
 
 // New returns a Gate over c.Store.
@@ -112,6 +113,7 @@ func New(c Config) *Gate {
 	if b, ok := selfbound.Of(s); ok && b <= g.timeout {
 		g.timeout = 0
 	}
+	_, g.each = s.(store.Batch)
 	return g
 }
 
@@ -250,5 +252,47 @@ func (g *Gate) DecideAll(ctx context.Context, reqs []store.Request, spend bool, 
 	*d = Decision{Latency: lat, Allowed: spent}
 	if g.down.Load() && g.down.CompareAndSwap(true, false) {
 		g.recovered(d)
+	}
+}
+
+// Batches reports whether DecideEach asks the store for several requests
+// in one call (the store, or the one a store.Breaker wraps, is a
+// store.Batch); otherwise it asks one after another, as Allow would.
+func (g *Gate) Batches() bool { return g.each }
+
+// DecideEach is Allow for several independent requests in one store call
+// (store.AllowEach): d[i] is what Allow would set for reqs[i], each
+// request's outcome its own (one may be Degraded and the next Decided),
+// and the outage edges (Change) fall on the same requests as Allow one
+// after another would put them. d[i].Latency is the whole call's. res and
+// errs (each of len ≥ len(reqs)) are the store call's scratch space, the
+// caller's so that it can reuse them. It blocks as Allow does, for one
+// call, at most the timeout.
+func (g *Gate) DecideEach(ctx context.Context, reqs []store.Request, d []Decision, res []store.Result, errs []error) {
+	// The timeout and the timing as allowSlow's (see DecideAll).
+	sctx := ctx
+	if g.timeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, g.timeout)
+		defer cancel()
+	}
+	var start int64
+	if g.timed {
+		start = monotime.Now()
+	}
+	store.AllowEach(sctx, g.store, reqs, res, errs)
+	var lat time.Duration
+	if g.timed {
+		lat = time.Duration(monotime.Now() - start)
+	}
+	for i := range reqs {
+		if err := errs[i]; err != nil {
+			g.failed(ctx, err, lat, &d[i])
+			continue
+		}
+		d[i] = Decision{Result: res[i], Latency: lat, Allowed: res[i].Allowed}
+		if g.down.Load() && g.down.CompareAndSwap(true, false) {
+			g.recovered(&d[i])
+		}
 	}
 }

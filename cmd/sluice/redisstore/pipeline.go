@@ -167,13 +167,13 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 		} else {
 			exec(ctx, client(), batch)
 		}
-		if p.done(batch) {
+		if p.done(batch, false) {
 			go p.drain(client)
 		}
 	case len(batch) > 0:
 		go func() {
 			exec(context.Background(), client(), batch)
-			if p.done(batch) {
+			if p.done(batch, true) {
 				p.drain(client)
 			}
 		}()
@@ -186,6 +186,70 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// doEach is do for several calls of one caller (AllowEach): queued
+// together, so that one flush carries them all, in one round trip and on
+// one node in one script call, and errs[i] is what do would return for
+// cs[i]. Why not do for each in turn: each would wait for its own round
+// trip. When no round trip is in flight the calls go out on the caller's
+// goroutine, as a lone call does (a pipeline of the caller's calls alone);
+// otherwise they wait in the queue together, each watched as do's are.
+func (p *pipeline) doEach(ctx context.Context, client func() redis.UniversalClient, cs []*call, errs []error) {
+	p.mu.Lock()
+	for _, c := range cs {
+		c.seq++
+		c.state.Store(waiting)
+	}
+	p.queue = append(p.queue, cs...)
+	var batch []*call
+	if p.flushers == 0 || p.flushers < maxFlushers && p.yielding == 0 && len(p.queue) >= shareMin {
+		p.flushers++
+		batch = p.take()
+	}
+	// The queue is first in, first out: a batch that starts with cs[0] and
+	// is as long as cs is cs.
+	own := len(batch) == len(cs) && batch[0] == cs[0]
+	if !own && p.timeout > 0 {
+		for _, c := range cs {
+			p.watch(c)
+		}
+	}
+	p.mu.Unlock()
+	switch {
+	case own:
+		if p.timeout > 0 {
+			bctx, cancel := context.WithTimeout(ctx, p.timeout)
+			exec(bctx, client(), batch)
+			cancel()
+		} else {
+			exec(ctx, client(), batch)
+		}
+		if p.done(batch, false) {
+			go p.drain(client)
+		}
+	case len(batch) > 0:
+		go func() {
+			exec(context.Background(), client(), batch)
+			if p.done(batch, true) {
+				p.drain(client)
+			}
+		}()
+	}
+	for i, c := range cs {
+		select {
+		case <-c.done:
+			errs[i] = nil
+			if c.state.Load() == expired {
+				errs[i] = p.late
+			}
+		case <-ctx.Done():
+			for j := i; j < len(cs); j++ {
+				errs[j] = ctx.Err()
+			}
+			return
+		}
 	}
 }
 
@@ -203,15 +267,16 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 // call again finds no round trip in flight and goes out alone.
 // TestRedisConcurrentCallsRarelyGoAlone bounds both (calls per round trip,
 // calls alone). A lone call does not yield: its caller is the one that
-// calls next. While a flusher yields, a full queue does not start a second
+// calls next, and nor does a batch of one caller's calls (doEach), for the
+// same reason. While a flusher yields, a full queue does not start a second
 // flusher: the yielding one is about to take it, and a new flusher is a new
 // goroutine, whose stack grows through go-redis's calls (profiled: stack
 // copying, when every batch started one; the same test bounds the
 // goroutines started per call).
-func (p *pipeline) done(batch []*call) bool {
+func (p *pipeline) done(batch []*call, shared bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(batch) > 1 {
+	if shared && len(batch) > 1 {
 		p.yielding++
 		p.mu.Unlock()
 		runtime.Gosched()
@@ -241,7 +306,7 @@ func (p *pipeline) drain(client func() redis.UniversalClient) {
 		}
 		p.mu.Unlock()
 		exec(context.Background(), client(), batch)
-		if !p.done(batch) {
+		if !p.done(batch, true) {
 			return
 		}
 	}

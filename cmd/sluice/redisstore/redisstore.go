@@ -7,7 +7,9 @@
 // round trip and a script call: they go to Redis as one pipelined write,
 // as one script call (on Cluster one per hash slot) that decides each
 // key's requests in order, each with the answer it would get alone, so the
-// cost per decision falls as concurrency rises. Keys are "sluice:{KEY}": the hash tag
+// cost per decision falls as concurrency rises; AllowEach sends one
+// caller's several requests (an Envoy request's descriptors) together the
+// same way, in one round trip. Keys are "sluice:{KEY}": the hash tag
 // keeps each bucket a single-slot key on Redis Cluster. A key expires when
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"math"
+	"sync"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -25,7 +26,10 @@ import (
 // A request names a domain and a list of descriptors; each descriptor is
 // matched against the rules (Config.Rules) and decided on its own, spending
 // its cost from its rule's bucket even when another descriptor of the same
-// request is over its limit (as envoyproxy/ratelimit does). The response
+// request is over its limit (as envoyproxy/ratelimit does). The descriptors
+// that reach the store go to it in one call when it takes several
+// (store.Batch: on Redis one round trip, as envoyproxy/ratelimit's one
+// pipeline per request), each answered as if decided alone. The response
 // is OVER_LIMIT when any descriptor of a rule without quota_mode is, or when
 // the request has descriptors of quota_mode rules and every one of them is
 // (a quota_mode rule's own status still says OVER_LIMIT). Per descriptor:
@@ -131,8 +135,14 @@ func (g *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	// As envoyproxy/ratelimit: the request is over the limit when any
 	// descriptor of a rule without quota_mode is, or when it has
 	// quota_mode descriptors and every one of them is.
-	if s.cfg.StopOverLimitIncrement && len(descs) > 1 {
+	switch {
+	case len(descs) == 1:
+	case s.cfg.StopOverLimitIncrement:
 		if err := g.decideAll(ctx, req, matched, resp.Statuses, boxes); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	case s.gate.Batches():
+		if err := g.decideEach(ctx, req, matched, resp.Statuses, boxes); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 	}
@@ -259,6 +269,86 @@ func (g *rateLimitService) decideAll(ctx context.Context, req *rlsv3.RateLimitRe
 				e.ui.deny(reqs[j].Key)
 			}
 			v = s.tally(&e.policyEntry, out[j], s.cfg.Shadow || e.rule.Shadow)
+		}
+		statuses[i] = statusOf(e, v, true, &boxes[i])
+	}
+	return nil
+}
+
+// eachScratch is decideEach's working space, pooled: the slices a store
+// call takes escape (an interface call), and a request's descriptors are a
+// handful, so a pooled one keeps the request path free of allocations.
+type eachScratch struct {
+	reqs [8]store.Request
+	at   [8]int // reqs[j] is descriptor at[j]
+	d    [8]decide.Decision
+	res  [8]store.Result
+	errs [8]error
+}
+
+var eachPool = sync.Pool{New: func() any { return new(eachScratch) }}
+
+// decideEach decides, in one store call (decide.Gate.DecideEach), the
+// descriptors of a request that reach the store, when there are several:
+// each spends or not on its own, with the answer decide would give it
+// (statuses, metrics, shadow, failure handling), but the request waits for
+// one round trip to Redis rather than one per descriptor. The others (no
+// rule, unlimited, over without asking) it leaves to decide. It fills
+// statuses (in boxes); on an error no answer is due.
+func (g *rateLimitService) decideEach(ctx context.Context, req *rlsv3.RateLimitRequest, matched []*ruleEntry, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, boxes []statusBox) error {
+	s := g.s
+	domain, descs := req.GetDomain(), req.GetDescriptors()
+	n := 0
+	for i, d := range descs {
+		if e := matched[i]; e != nil && !e.rule.Unlimited && e.limited && costOf(req, d) <= uint64(e.p.Burst) {
+			n++
+		}
+	}
+	if n < 2 {
+		return nil // one store call either way: decide's path
+	}
+	sc := eachPool.Get().(*eachScratch)
+	defer func() {
+		clear(sc.reqs[:])
+		clear(sc.d[:])
+		clear(sc.errs[:])
+		eachPool.Put(sc)
+	}()
+	reqs, at := sc.reqs[:0], sc.at[:0]
+	d, res, errs := sc.d[:], sc.res[:], sc.errs[:]
+	if n > len(sc.reqs) {
+		reqs, at = make([]store.Request, 0, n), make([]int, 0, n)
+		d, res, errs = make([]decide.Decision, n), make([]store.Result, n), make([]error, n)
+	}
+	for i, desc := range descs {
+		e, cost := matched[i], costOf(req, desc)
+		if e == nil || e.rule.Unlimited || !e.limited || cost > uint64(e.p.Burst) {
+			continue
+		}
+		r := e.rule
+		if r.Override { // one entry serves every domain: name this one
+			o := *r
+			o.Domain = domain
+			r = &o
+		}
+		reqs = append(reqs, store.Request{Key: rules.BucketKey(rules.RLS, r, desc.GetEntries()), Cost: int64(cost), Policy: e.p})
+		at = append(at, i)
+	}
+	s.gate.DecideEach(ctx, reqs, d, res, errs)
+	// As decide for each, in the descriptors' order: a caller gone at one
+	// descriptor leaves the later ones uncounted, as one after another.
+	for j, i := range at {
+		e := matched[i]
+		s.storeLat.Observe(float64(d[j].Latency) / 1e9)
+		v, done, err := s.failure(ctx, &d[j], reqs[j].Key, &e.policyEntry)
+		if err != nil {
+			return err
+		}
+		if !done {
+			if !d[j].Result.Allowed {
+				e.ui.deny(reqs[j].Key)
+			}
+			v = s.tally(&e.policyEntry, d[j].Result, s.cfg.Shadow || e.rule.Shadow)
 		}
 		statuses[i] = statusOf(e, v, true, &boxes[i])
 	}
