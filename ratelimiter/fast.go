@@ -10,9 +10,9 @@
 // years at worst (k = 64), 73 years at k = 1; past that the lock takes
 // over. A rate that is neither (7.3/s: 1/73 ns) takes the queue's lock for
 // every call, exactly as precise, and slower: BenchmarkTryAcquire in bench/
-// measures impl=sluice-locked (a rate of 7.3e8/s) against impl=sluice, 1.68
-// times the cost on one goroutine in docs/benchmarks.md's peer table (60.0
-// against 35.8 ns). Either way the answers are the same to the nanosecond,
+// measures impl=sluice-locked (a rate of 7.3e8/s) against impl=sluice, 1.66
+// times the cost on one goroutine in docs/benchmarks.md's peer table (60.3
+// against 36.4 ns). Either way the answers are the same to the nanosecond,
 // and a take never passes a parked Acquire: while anyone waits, or once
 // stopped, every call goes through the lock.
 
