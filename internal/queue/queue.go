@@ -425,28 +425,43 @@ func (q *Queue) trySource(n int64) (mark int64, ok bool) {
 // would take the free units past max it adds nothing and returns false
 // with the units held (max less the free ones).
 func (q *Queue) Release(n, max int64) (held int64, ok bool) {
-	now := q.now()
-	// lock and unlock written out: they are too big to inline, and this is
-	// a semaphore's every Release, where the two calls cost 5–7% of an
-	// Acquire and Release pair (BenchmarkAcquireSeq in bench/, impl=sluice).
-	q.mu.Lock()
-	if q.settled {
-		q.avail, q.settled = q.settle.Hold(), false
+	if q.settle != nil { // set by New only: read without the lock
+		return q.releaseHeld(n, max)
 	}
+	// No Settler (a semaphore's queue): the lock alone. Why a path of its
+	// own: it is a semaphore's every Release, and lock and unlock are too
+	// big to inline; their calls cost 5–7% of an Acquire and Release pair
+	// (BenchmarkAcquireSeq in bench/, impl=sluice).
+	now := q.now()
+	q.mu.Lock()
 	if q.avail+n > max || q.avail+n < q.avail {
 		held = max - q.avail
-	} else {
-		q.avail += n
-		ok = true
-		if q.queue.Len() > 0 {
-			q.serveLocked(now)
-		}
+		q.mu.Unlock()
+		return held, false
 	}
-	if q.settle != nil {
-		q.settleLocked()
+	q.avail += n
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
 	}
 	q.mu.Unlock()
-	return held, ok
+	return 0, true
+}
+
+// releaseHeld is Release on a queue with a Settler.
+func (q *Queue) releaseHeld(n, max int64) (held int64, ok bool) {
+	now := q.now()
+	q.lock()
+	if q.avail+n > max || q.avail+n < q.avail {
+		held = max - q.avail
+		q.unlock()
+		return held, false
+	}
+	q.avail += n
+	if q.queue.Len() > 0 {
+		q.serveLocked(now)
+	}
+	q.unlock()
+	return 0, true
 }
 
 // refill asks the Source for what it has produced, serves the waiters it
