@@ -141,43 +141,7 @@ func (p *pipeline) stop() {
 // to cut its dial, write and read short); a call that waits on a shared
 // round trip is watched (see watch and expire), one timer for all of them.
 func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, c *call) error {
-	p.mu.Lock()
-	// Why here, under mu: a use starts with a new seq and the state
-	// waiting together, so that expire, which reads both under mu, never
-	// takes an entry of an earlier use for this one.
-	c.seq++
-	c.state.Store(waiting)
-	p.queue = append(p.queue, c)
-	var batch []*call
-	if p.flushers == 0 || p.flushers < maxFlushers && p.yielding == 0 && len(p.queue) >= shareMin {
-		p.flushers++
-		batch = p.take()
-	}
-	lone := len(batch) == 1 && batch[0] == c
-	if !lone && p.timeout > 0 {
-		p.watch(c)
-	}
-	p.mu.Unlock()
-	switch {
-	case lone:
-		if p.timeout > 0 {
-			bctx, cancel := context.WithTimeout(ctx, p.timeout)
-			exec(bctx, client(), batch)
-			cancel()
-		} else {
-			exec(ctx, client(), batch)
-		}
-		if p.done(batch, false) {
-			go p.drain(client)
-		}
-	case len(batch) > 0:
-		go func() {
-			exec(context.Background(), client(), batch)
-			if p.done(batch, true) {
-				p.drain(client)
-			}
-		}()
-	}
+	p.send(ctx, client, c)
 	select {
 	case <-c.done:
 		if c.state.Load() == expired {
@@ -189,16 +153,17 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 	}
 }
 
-// doEach is do for several calls of one caller (AllowEach): queued
-// together, so that one flush carries them all, in one round trip and on
-// one node in one script call, and errs[i] is what do would return for
-// cs[i]. Why not do for each in turn: each would wait for its own round
-// trip. When no round trip is in flight the calls go out on the caller's
-// goroutine, as a lone call does (a pipeline of the caller's calls alone);
-// otherwise they wait in the queue together, each watched as do's are.
-func (p *pipeline) doEach(ctx context.Context, client func() redis.UniversalClient, cs []*call, errs []error) {
+// send queues cs, one caller's calls, and sends them: on the caller's
+// goroutine, under a context with the bound's deadline, when no round trip
+// is in flight and they make a batch of their own; else with the calls
+// queued around them, on a flusher's goroutine, each watched for the
+// bound. It returns once they are sent or queued, not answered.
+func (p *pipeline) send(ctx context.Context, client func() redis.UniversalClient, cs ...*call) {
 	p.mu.Lock()
 	for _, c := range cs {
+		// Why here, under mu: a use starts with a new seq and the state
+		// waiting together, so that expire, which reads both under mu,
+		// never takes an entry of an earlier use for this one.
 		c.seq++
 		c.state.Store(waiting)
 	}
@@ -237,6 +202,17 @@ func (p *pipeline) doEach(ctx context.Context, client func() redis.UniversalClie
 			}
 		}()
 	}
+}
+
+// doEach is do for several calls of one caller (AllowEach): queued
+// together, so that one flush carries them all, in one round trip and on
+// one node in one script call, and errs[i] is what do would return for
+// cs[i]. Why not do for each in turn: each would wait for its own round
+// trip. When no round trip is in flight the calls go out on the caller's
+// goroutine, as a lone call does (a pipeline of the caller's calls alone);
+// otherwise they wait in the queue together, each watched as do's are.
+func (p *pipeline) doEach(ctx context.Context, client func() redis.UniversalClient, cs []*call, errs []error) {
+	p.send(ctx, client, cs...)
 	for i, c := range cs {
 		select {
 		case <-c.done:
