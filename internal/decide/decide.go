@@ -148,30 +148,60 @@ func (g *Gate) Allow(ctx context.Context, key string, cost int64, p store.Policy
 
 // allowSlow is Allow with a timeout, a latency to measure, or both.
 func (g *Gate) allowSlow(ctx context.Context, key string, cost int64, p store.Policy, d *Decision) {
-	sctx := ctx
-	if g.timeout > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, g.timeout)
+	sctx, cancel := g.bound(ctx)
+	if cancel != nil {
 		defer cancel()
 	}
-	// Why monotime and not time.Now: a latency needs only the monotonic
-	// clock, and time.Now also reads the wall clock, which made these two
-	// readings a tenth of the service's handler time over the memory store.
-	var start int64
-	if g.timed {
-		start = monotime.Now()
-	}
+	start := g.start()
 	res, err := g.store.Allow(sctx, key, cost, p)
-	var lat time.Duration
-	if g.timed {
-		lat = time.Duration(monotime.Now() - start)
-	}
+	lat := g.since(start)
 	if err != nil {
 		g.failed(ctx, err, lat, d)
 		return
 	}
 	*d = Decision{Result: res, Latency: lat, Allowed: res.Allowed}
-	if g.down.Load() && g.down.CompareAndSwap(true, false) {
+	g.answered(d)
+}
+
+// bound returns ctx bounded by the gate's timeout and its cancel, or ctx
+// and nil when the gate sets no bound.
+func (g *Gate) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if g.timeout <= 0 {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, g.timeout)
+}
+
+// start and since time a store call when the gate measures latency (zero
+// otherwise). Why monotime and not time.Now: a latency needs only the
+// monotonic clock, and time.Now also reads the wall clock, which made these
+// two readings a tenth of the service's handler time over the memory store.
+func (g *Gate) start() int64 {
+	if !g.timed {
+		return 0
+	}
+	return monotime.Now()
+}
+
+func (g *Gate) since(start int64) time.Duration {
+	if !g.timed {
+		return 0
+	}
+	return time.Duration(monotime.Now() - start)
+}
+
+// answered marks d, a store's answer, as the end of an outage if one was
+// under way. Why the Load first: the flag is written only at the edges of
+// an outage; a CAS on every answer would take the cache line exclusive.
+func (g *Gate) answered(d *Decision) {
+	if g.down.Load() { // small enough to inline: the rest is out of line
+		g.endOutage(d)
+	}
+}
+
+// endOutage marks d as the end of the outage, unless another answer just did.
+func (g *Gate) endOutage(d *Decision) {
+	if g.down.CompareAndSwap(true, false) {
 		g.recovered(d)
 	}
 }
@@ -227,32 +257,19 @@ func (g *Gate) DecideAll(ctx context.Context, reqs []store.Request, spend bool, 
 		g.failed(ctx, fmt.Errorf("decide: store %s cannot decide several requests as one", g.store.Name()), 0, d)
 		return
 	}
-	// The timeout and the timing as allowSlow's, written again rather than
-	// shared through a closure: allowSlow is a decision's path and stays
-	// free of one.
-	sctx := ctx
-	if g.timeout > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, g.timeout)
+	sctx, cancel := g.bound(ctx)
+	if cancel != nil {
 		defer cancel()
 	}
-	var start int64
-	if g.timed {
-		start = monotime.Now()
-	}
+	start := g.start()
 	spent, err := a.DecideAll(sctx, reqs, spend, out)
-	var lat time.Duration
-	if g.timed {
-		lat = time.Duration(monotime.Now() - start)
-	}
+	lat := g.since(start)
 	if err != nil {
 		g.failed(ctx, err, lat, d)
 		return
 	}
 	*d = Decision{Latency: lat, Allowed: spent}
-	if g.down.Load() && g.down.CompareAndSwap(true, false) {
-		g.recovered(d)
-	}
+	g.answered(d)
 }
 
 // Batches reports whether DecideEach asks the store for several requests
@@ -269,30 +286,19 @@ func (g *Gate) Batches() bool { return g.each }
 // caller's so that it can reuse them. It blocks as Allow does, for one
 // call, at most the timeout.
 func (g *Gate) DecideEach(ctx context.Context, reqs []store.Request, d []Decision, res []store.Result, errs []error) {
-	// The timeout and the timing as allowSlow's (see DecideAll).
-	sctx := ctx
-	if g.timeout > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, g.timeout)
+	sctx, cancel := g.bound(ctx)
+	if cancel != nil {
 		defer cancel()
 	}
-	var start int64
-	if g.timed {
-		start = monotime.Now()
-	}
+	start := g.start()
 	store.AllowEach(sctx, g.store, reqs, res, errs)
-	var lat time.Duration
-	if g.timed {
-		lat = time.Duration(monotime.Now() - start)
-	}
+	lat := g.since(start)
 	for i := range reqs {
 		if err := errs[i]; err != nil {
 			g.failed(ctx, err, lat, &d[i])
 			continue
 		}
 		d[i] = Decision{Result: res[i], Latency: lat, Allowed: res[i].Allowed}
-		if g.down.Load() && g.down.CompareAndSwap(true, false) {
-			g.recovered(&d[i])
-		}
+		g.answered(&d[i])
 	}
 }
