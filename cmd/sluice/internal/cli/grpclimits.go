@@ -62,6 +62,10 @@ type GRPCLimits struct {
 	// (DefaultGRPCInFlightBytes). A stream past it gets RESOURCE_EXHAUSTED
 	// at once, before any of its message is read.
 	InFlightBytes int64
+	// Transport serves the port: "sluice" (or empty) for the h2grpc
+	// transport, connections whose first call is not a unary method handed
+	// to grpc-go; "grpc-go" for grpc-go alone.
+	Transport string
 	// IdleTimeout closes a connection that has had no stream for this long
 	// (DefaultGRPCIdleTimeout); the server also pings a connection quiet
 	// for this long and closes it if no answer comes within 20 s, so a
@@ -78,6 +82,8 @@ func (l GRPCLimits) withDefaults() (GRPCLimits, error) {
 		return l, fmt.Errorf("gRPC max request size %d: must not be negative", l.MaxRequestBytes)
 	case l.InFlightBytes < 0:
 		return l, fmt.Errorf("gRPC in-flight bytes %d: must not be negative", l.InFlightBytes)
+	case l.Transport != "" && l.Transport != "sluice" && l.Transport != "grpc-go":
+		return l, fmt.Errorf("gRPC transport %q: want sluice or grpc-go", l.Transport)
 	case l.IdleTimeout < 0:
 		return l, fmt.Errorf("gRPC idle timeout %v: must not be negative", l.IdleTimeout)
 	}
@@ -255,8 +261,9 @@ func (s *firstRecv) RecvMsg(m any) error {
 // context.AfterFunc starts a goroutine per call), while a closed channel
 // costs nothing to leave and little to check.
 type streamBudget struct {
-	mu   sync.Mutex
-	held []<-chan struct{} // len ≤ cap = n
+	mu      sync.Mutex
+	held    []<-chan struct{} // len + counted ≤ cap = n
+	counted int               // places taken by admitCounted and not released
 	// noSweepUntil: after a sweep that freed little, refuse without
 	// sweeping again until then, so that a client holding the whole
 	// budget cannot make every refused stream cost a sweep.
@@ -275,11 +282,31 @@ func newStreamBudget(n int) *streamBudget {
 func (b *streamBudget) admit(done <-chan struct{}) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.held) == cap(b.held) && !b.sweep() {
+	if len(b.held)+b.counted == cap(b.held) && !b.sweep() {
 		return false
 	}
 	b.held = append(b.held, done)
 	return true
+}
+
+// admitCounted takes a place for a stream that gives it back itself
+// (releaseCounted), if one is free: the streams of the h2grpc transport,
+// which knows when each ends.
+func (b *streamBudget) admitCounted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.held)+b.counted == cap(b.held) && !b.sweep() {
+		return false
+	}
+	b.counted++
+	return true
+}
+
+// releaseCounted gives back a place admitCounted took.
+func (b *streamBudget) releaseCounted() {
+	b.mu.Lock()
+	b.counted--
+	b.mu.Unlock()
 }
 
 // sweep drops the places of ended streams; it reports whether one is free.

@@ -23,16 +23,17 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 	}
 	l, err := parse()
 	require.NoError(t, err)
-	assert.Equal(t, GRPCLimits{MaxRequestBytes: DefaultGRPCMaxRequestBytes, InFlightBytes: DefaultGRPCInFlightBytes}, l)
+	assert.Equal(t, GRPCLimits{MaxRequestBytes: DefaultGRPCMaxRequestBytes, InFlightBytes: DefaultGRPCInFlightBytes, Transport: "sluice"}, l)
 	l, err = parse("-grpc-max-streams", "8", "-grpc-max-request", "1024", "-grpc-in-flight", "4096")
 	require.NoError(t, err)
-	assert.Equal(t, GRPCLimits{MaxStreams: 8, MaxRequestBytes: 1024, InFlightBytes: 4096}, l)
+	assert.Equal(t, GRPCLimits{MaxStreams: 8, MaxRequestBytes: 1024, InFlightBytes: 4096, Transport: "sluice"}, l)
 	for args, want := range map[[2]string]string{
 		{"-grpc-max-streams", "0"}:    `want a number of streams`,
 		{"-grpc-max-request", "0"}:    `-grpc-max-request 0: must be positive`,
 		{"-grpc-in-flight", "1000"}:   `-grpc-in-flight 1000: must be at least -grpc-max-request (65536)`,
 		{"-grpc-max-request", "-1"}:   `-grpc-max-request -1: must be positive`,
 		{"-grpc-max-streams", "1e10"}: `want a number of streams`,
+		{"-grpc-transport", "h2"}:     `-grpc-transport "h2": want sluice or grpc-go`,
 	} {
 		_, err := parse(args[0], args[1])
 		require.Error(t, err, "%v", args)

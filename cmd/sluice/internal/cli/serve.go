@@ -100,6 +100,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 		o.GRPCLimits.MaxStreams = uint32(n)
 		return nil
 	})
+	fs.StringVar(&o.GRPCLimits.Transport, "grpc-transport", "sluice", "gRPC: sluice (unary calls answered by the connection's reader and a kept worker; a connection that starts with another call goes to grpc-go) or grpc-go (grpc-go alone)")
 	fs.IntVar(&o.GRPCLimits.MaxRequestBytes, "grpc-max-request", DefaultGRPCMaxRequestBytes, "gRPC: largest request message in bytes; a larger one gets RESOURCE_EXHAUSTED")
 	fs.Int64Var(&o.GRPCLimits.InFlightBytes, "grpc-in-flight", DefaultGRPCInFlightBytes, "gRPC: bytes of requests in flight server-wide, each stream counted at -grpc-max-request; a stream past it gets RESOURCE_EXHAUSTED")
 	fs.IntVar(&o.MaxOverrides, "max-overrides", service.DefaultMaxOverrides,
@@ -310,6 +311,9 @@ func (o *ServeOptions) config() (service.Config, error) {
 		return cfg, errors.New("-config-poll needs -config")
 	case o.MergeDomains && len(o.Config) == 0:
 		return cfg, errors.New("-merge-domain-config needs -config")
+	}
+	if t := o.GRPCLimits.Transport; t != "sluice" && t != "grpc-go" && t != "" {
+		return cfg, fmt.Errorf("-grpc-transport %q: want sluice or grpc-go", t)
 	}
 	if o.GRPCLimits.MaxRequestBytes <= 0 {
 		return cfg, fmt.Errorf("-grpc-max-request %d: must be positive", o.GRPCLimits.MaxRequestBytes)

@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
 	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
@@ -62,45 +66,97 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 			return nil, fmt.Errorf("-grpc: %w", err)
 		}
 		certs := certsFrom(ctx)
+		var tlsConfig *tls.Config
 		creds := insecure.NewCredentials()
 		if certs != nil {
-			creds = credentials.NewTLS(certs.Config("h2"))
+			tlsConfig = certs.Config("h2")
+			creds = credentials.NewTLS(tlsConfig)
+		}
+		var (
+			fast    *h2grpc.Server
+			handoff *h2grpc.Listener
+			reg     grpc.ServiceRegistrar
+		)
+		if b.lim.Transport != "grpc-go" {
+			handoff = h2grpc.NewListener(ln.Addr())
+			if certs != nil {
+				creds = h2grpc.Creds() // the handshake is done before the hand-over
+			}
+			fast = h2grpc.New(h2grpc.Config{
+				MaxStreams: b.lim.MaxStreams, RecvTimeout: b.lim.RecvTimeout, MaxRequestBytes: b.lim.MaxRequestBytes,
+				IdleTimeout: b.lim.IdleTimeout, StreamWindow: grpcStreamWindow, ConnWindow: grpcConnWindow,
+				Admit: b.budget.admitCounted, Release: b.budget.releaseCounted, Handoff: handoff.Put, Log: log,
+			}, streamWorkersPerP*runtime.GOMAXPROCS(0))
 		}
 		g := grpc.NewServer(append(append(b.options(), grpcFlowControl()...),
 			grpc.Creds(creds),
 			grpc.StreamInterceptor(streamInterceptor),
 			grpc.NumStreamWorkers(uint32(streamWorkersPerP*runtime.GOMAXPROCS(0))),
 		)...)
-		srv.RegisterRateLimitService(g)
-		leasegrpc.Register(g, srv.RenewLease) // sluice.lease.v1.Leases, beside Envoy's
+		reg = g
+		if fast != nil {
+			reg = registrars{g, fast}
+		}
+		srv.RegisterRateLimitService(reg)
+		leasegrpc.Register(reg, srv.RenewLease) // sluice.lease.v1.Leases, beside Envoy's
 		hs := health.NewServer()
-		healthpb.RegisterHealthServer(g, hs)
+		healthpb.RegisterHealthServer(reg, hs)
 		b.learn(g)
-		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService", "tls", tlsMode(certs))
+		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService",
+			"tls", tlsMode(certs), "transport", cmp.Or(b.lim.Transport, "sluice"))
 		if ready != nil {
 			ready(ln.Addr())
 		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := g.Serve(ln); err != nil {
-				log.Error("grpc serve failed", "err", err)
-			}
-		}()
+		var wg sync.WaitGroup
+		if fast == nil {
+			wg.Go(func() {
+				if err := g.Serve(ln); err != nil {
+					log.Error("grpc serve failed", "err", err)
+				}
+			})
+		} else {
+			wg.Go(func() {
+				if err := g.Serve(handoff); err != nil {
+					log.Error("grpc serve failed", "err", err)
+				}
+			})
+			wg.Go(func() {
+				if err := fast.Serve(ln, tlsConfig); err != nil && !errors.Is(err, h2grpc.ErrServerClosed) {
+					log.Error("grpc serve failed", "err", err)
+				}
+			})
+		}
 		return func() {
 			// Let calls in flight finish, as the HTTP side does, but not
 			// forever: a stuck stream must not hold the process.
 			hs.Shutdown()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
+			if fast != nil {
+				ln.Close()
+				if fast.Shutdown(ctx) != nil {
+					fast.Close()
+				}
+			}
 			select {
 			case <-stopped:
-			case <-time.After(10 * time.Second):
+			case <-ctx.Done():
 				g.Stop()
 				<-stopped
 			}
-			<-done
+			wg.Wait()
 		}, nil
+	}
+}
+
+// registrars registers a service with each of its registrars.
+type registrars []grpc.ServiceRegistrar
+
+func (rs registrars) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	for _, r := range rs {
+		r.RegisterService(sd, impl)
 	}
 }
 

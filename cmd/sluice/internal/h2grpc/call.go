@@ -1,0 +1,404 @@
+package h2grpc
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+type callState uint8
+
+const (
+	receiving callState = iota // headers in, the request arriving
+	running                    // with a worker
+)
+
+// call is one stream: a unary call from its headers to its answer. The
+// reader and the janitor touch it under its conn's mu; once running, its
+// worker owns body, ctx and m until it takes mu to answer.
+type call struct {
+	c        *conn
+	id       uint32
+	m        method
+	codec    encoding.CodecV2 // nil: protobuf, decoded directly
+	ctype    []byte           // the content-type field of the answer, encoded
+	deadline time.Time
+	body     []byte
+
+	// Guarded by c.mu.
+	state       callState
+	ended       bool  // the client's END_STREAM arrived
+	answered    bool  // our END_STREAM (or RST_STREAM) went out
+	reset       bool  // the client reset it, or the connection ended
+	recvUsed    int64 // stream window consumed of what we granted
+	recvUnacked uint32
+	sendWindow  int64
+	cancel      context.CancelFunc
+	admitted    bool // holds a place in the server-wide budget (Config.Admit)
+}
+
+// bodies keeps request and answer buffers between calls.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+func getBuf() []byte { return (*bodies.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if cap(b) <= 64<<10 {
+		bodies.Put(&b)
+	}
+}
+
+// headers opens a stream (or ends one with trailers of the client).
+func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := f.StreamID
+	if id%2 == 0 {
+		c.failLocked(http2.ErrCodeProtocol, "even stream id")
+		return false
+	}
+	if id <= c.lastID {
+		if st := c.streams[id]; st != nil && st.state == receiving && !st.ended && f.StreamEnded() {
+			c.requestEndedLocked(st) // the client's trailers
+			return true
+		}
+		c.failLocked(http2.ErrCodeStreamClosed, "headers on a closed stream")
+		return false
+	}
+	c.lastID = id
+	if c.goingAway || c.open >= int(c.s.cfg.MaxStreams) {
+		_ = c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		c.flushLocked()
+		return true
+	}
+	st := &call{c: c, id: id, sendWindow: int64(c.peerWindow), deadline: time.Now().Add(c.s.cfg.RecvTimeout)}
+	c.streams[id] = st
+	c.open++
+	st.ended = f.StreamEnded()
+	code, msg := st.parse(f)
+	if code == codeOK && st.ended {
+		code, msg = codeInternal, "grpc: the request has no message"
+	}
+	if code == codeOK && c.s.cfg.Admit != nil {
+		if st.admitted = c.s.cfg.Admit(); !st.admitted {
+			code, msg = codeResourceExhausted, "sluice: too many requests in flight, try again"
+		}
+	}
+	if code != codeOK {
+		c.answerLocked(st, code, msg)
+		c.endLocked(st)
+	}
+	return true
+}
+
+// parse reads a call's header fields; a code other than codeOK is the
+// answer to give at once.
+func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
+	st.ctype = ctypeProto
+	if f.PseudoValue("method") != "POST" {
+		return codeUnimplemented, "grpc: method must be POST"
+	}
+	path := f.PseudoValue("path")
+	for _, hf := range f.RegularFields() {
+		switch hf.Name {
+		case "content-type":
+			sub, ok := contentSubtype(hf.Value)
+			if !ok {
+				return codeInternal, fmt.Sprintf("grpc: unsupported content-type %q", hf.Value)
+			}
+			if sub != "" && sub != "proto" {
+				st.codec = encoding.GetCodecV2(sub)
+				if st.codec == nil {
+					return codeInternal, fmt.Sprintf("grpc: no codec registered for content-subtype %s", sub)
+				}
+				st.ctype = encodeContentType("application/grpc+" + sub)
+			}
+		case "grpc-timeout":
+			d, ok := parseTimeout(hf.Value)
+			if !ok {
+				return codeInternal, fmt.Sprintf("grpc: malformed grpc-timeout %q", hf.Value)
+			}
+			if dl := time.Now().Add(d); dl.Before(st.deadline) {
+				st.deadline = dl
+			}
+		case "grpc-encoding":
+			if hf.Value != "identity" {
+				return codeUnimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", hf.Value)
+			}
+		}
+	}
+	m, ok := st.c.s.methods[path]
+	switch {
+	case ok:
+		st.m = m
+		return codeOK, ""
+	case st.c.s.streaming[path]:
+		return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
+	}
+	return codeUnimplemented, fmt.Sprintf("unknown method %s", path)
+}
+
+// contentSubtype is the part of a gRPC content type after "+" ("" for
+// application/grpc alone).
+func contentSubtype(ct string) (string, bool) {
+	rest, ok := strings.CutPrefix(ct, "application/grpc")
+	if !ok {
+		return "", false
+	}
+	switch {
+	case rest == "":
+		return "", true
+	case rest[0] == '+':
+		return strings.ToLower(rest[1:]), true
+	case rest[0] == ';':
+		return "", true
+	}
+	return "", false
+}
+
+// data takes a piece of a request.
+func (c *conn) data(f *http2.DataFrame) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := f.Header().Length
+	if !c.consumeLocked(n) {
+		return false
+	}
+	id := f.StreamID
+	st := c.streams[id]
+	if st == nil {
+		if id > c.lastID {
+			c.failLocked(http2.ErrCodeProtocol, "data on an idle stream")
+			return false
+		}
+		return true // a stream answered or reset already: dropped
+	}
+	if st.state != receiving || st.ended {
+		return true
+	}
+	if st.recvUsed += int64(n); st.recvUsed > int64(c.s.cfg.StreamWindow) {
+		c.rstLocked(st, http2.ErrCodeFlowControl)
+		return true
+	}
+	if st.body == nil {
+		st.body = getBuf()
+	}
+	st.body = append(st.body, f.Data()...)
+	limit := c.s.cfg.MaxRequestBytes
+	if len(st.body) >= 5 {
+		if st.body[0] != 0 {
+			st.ended = f.StreamEnded()
+			c.answerLocked(st, codeInternal, "grpc: compressed flag set with identity or empty encoding")
+			c.endLocked(st)
+			return true
+		}
+		if size := binary.BigEndian.Uint32(st.body[1:5]); int64(size) > int64(limit) {
+			st.ended = f.StreamEnded()
+			c.answerLocked(st, codeResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, limit))
+			c.endLocked(st)
+			return true
+		} else if len(st.body) > 5+int(size) {
+			st.ended = f.StreamEnded()
+			c.answerLocked(st, codeInternal, "grpc: a unary request with more than one message")
+			c.endLocked(st)
+			return true
+		}
+	}
+	if f.StreamEnded() {
+		c.requestEndedLocked(st)
+		return true
+	}
+	if st.recvUnacked += n; st.recvUnacked >= c.s.cfg.StreamWindow/2 {
+		_ = c.fr.WriteWindowUpdate(id, st.recvUnacked)
+		c.flushLocked()
+		st.recvUsed -= int64(st.recvUnacked)
+		st.recvUnacked = 0
+	}
+	return true
+}
+
+// requestEndedLocked hands a whole request to a worker.
+func (c *conn) requestEndedLocked(st *call) {
+	st.ended = true
+	if len(st.body) < 5 || len(st.body) != 5+int(binary.BigEndian.Uint32(st.body[1:5])) {
+		c.answerLocked(st, codeInternal, "grpc: the request ended inside its message")
+		c.endLocked(st)
+		return
+	}
+	st.state = running
+	var ctx context.Context
+	ctx, st.cancel = context.WithDeadline(c.ctx, st.deadline)
+	c.s.dispatch(st, ctx)
+}
+
+// run answers the call: it decodes the request, calls the handler and
+// writes the answer.
+func (st *call) run(ctx context.Context) {
+	resp, err := st.m.handler(st.m.impl, ctx, st.decode, nil)
+	var out []byte
+	if err == nil {
+		out, err = st.encode(resp)
+	}
+	putBuf(st.body)
+	st.body = nil
+	c := st.c
+	c.mu.Lock()
+	if err != nil {
+		s, ok := status.FromError(err)
+		if !ok {
+			s = status.FromContextError(err)
+		}
+		c.answerLocked(st, int(s.Code()), s.Message())
+	} else {
+		c.respondLocked(st, out)
+	}
+	c.endLocked(st)
+	c.mu.Unlock()
+	st.cancel()
+	if out != nil {
+		putBuf(out)
+	}
+}
+
+func (st *call) decode(v any) error {
+	msg := st.body[5:]
+	if st.codec == nil {
+		if m, ok := v.(proto.Message); ok {
+			return proto.Unmarshal(msg, m)
+		}
+		st.codec = encoding.GetCodecV2("proto")
+	}
+	return st.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v)
+}
+
+// encode is the answer's message with its 5-byte prefix.
+func (st *call) encode(v any) ([]byte, error) {
+	b := append(getBuf(), 0, 0, 0, 0, 0)
+	var err error
+	if m, ok := v.(proto.Message); ok && st.codec == nil {
+		b, err = proto.MarshalOptions{}.MarshalAppend(b, m)
+	} else {
+		codec := st.codec
+		if codec == nil {
+			codec = encoding.GetCodecV2("proto")
+		}
+		var data mem.BufferSlice
+		if data, err = codec.Marshal(v); err == nil {
+			b = append(b, data.Materialize()...)
+			data.Free()
+		}
+	}
+	if err != nil {
+		putBuf(b)
+		return nil, status.Errorf(13, "grpc: error while marshaling: %v", err)
+	}
+	binary.BigEndian.PutUint32(b[1:5], uint32(len(b)-5))
+	return b, nil
+}
+
+// respondLocked writes a whole answer: headers, the message in DATA frames
+// as the client's windows allow, and the trailers.
+func (c *conn) respondLocked(st *call, out []byte) {
+	if st.answered || st.reset || c.closed {
+		return
+	}
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: st.headerBlock(), EndHeaders: true})
+	for len(out) > 0 {
+		n := min(int64(len(out)), st.sendWindow, c.sendWindow, int64(c.peerFrame))
+		if n <= 0 {
+			if st.reset || c.closed {
+				return
+			}
+			if time.Now().After(st.deadline) {
+				c.rstLocked(st, http2.ErrCodeCancel)
+				return
+			}
+			c.flushLocked()
+			c.windowed.Wait()
+			continue
+		}
+		_ = c.fr.WriteData(st.id, false, out[:n])
+		out = out[n:]
+		st.sendWindow -= n
+		c.sendWindow -= n
+	}
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: trailersOK, EndHeaders: true, EndStream: true})
+	st.answered = true
+	c.answered = true
+	c.flushLocked()
+}
+
+func (st *call) headerBlock() []byte {
+	return append(append(make([]byte, 0, 1+len(st.ctype)), status200), st.ctype...)
+}
+
+// answerLocked ends a stream with a status and no message (a trailers-only
+// answer), then, if the client may still be sending, tells it to stop
+// (RST_STREAM NO_ERROR).
+func (c *conn) answerLocked(st *call, code int, msg string) {
+	if st.answered || st.reset || c.closed {
+		return
+	}
+	block := append([]byte{status200}, st.ctype...)
+	block = appendStatus(block, code, msg)
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: block, EndHeaders: true, EndStream: true})
+	st.answered = true
+	c.answered = true
+	if !st.ended {
+		_ = c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+	}
+	c.flushLocked()
+}
+
+// rstLocked resets a stream with code.
+func (c *conn) rstLocked(st *call, code http2.ErrCode) {
+	if !st.answered && !c.closed {
+		_ = c.fr.WriteRSTStream(st.id, code)
+		c.flushLocked()
+	}
+	st.answered = true
+	st.resetLocked()
+}
+
+// resetLocked ends a stream the client or the connection gave up: one still
+// receiving ends now; a running one's handler is cancelled, and the stream
+// counts against MaxStreams until it returns.
+func (st *call) resetLocked() {
+	st.reset = true
+	if st.state == receiving {
+		st.c.endLocked(st)
+	} else if st.cancel != nil {
+		st.cancel()
+	}
+}
+
+// endLocked takes a stream out of the connection, and gives back its place
+// in the server-wide budget.
+func (c *conn) endLocked(st *call) {
+	if c.streams[st.id] != st {
+		return
+	}
+	delete(c.streams, st.id)
+	if st.state == receiving && st.body != nil {
+		putBuf(st.body)
+		st.body = nil
+	}
+	if st.admitted && c.s.cfg.Release != nil {
+		c.s.cfg.Release()
+	}
+	if c.open--; c.open == 0 {
+		c.idleSince = time.Now()
+		if c.goingAway {
+			c.closeLocked()
+		}
+	}
+}

@@ -1,0 +1,334 @@
+package h2grpc
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// Ping policy, as grpc-go's keepalive enforcement on `sluice serve -grpc`:
+// pings are welcome every pingMinGap, with or without streams; a client
+// that pings more often than that more than pingStrikes times in a row,
+// with no answer written in between, gets GOAWAY ENHANCE_YOUR_CALM.
+const (
+	pingMinGap  = 5 * time.Second
+	pingStrikes = 2
+)
+
+// conn is one connection the server serves. Its reader (serve) owns the
+// framer's reading side and lastID; everything else is guarded by mu.
+type conn struct {
+	s   *Server
+	nc  net.Conn
+	ctx context.Context // the peer, for the handlers
+	br  *bufio.Reader
+	fr  *http2.Framer
+
+	lastID uint32 // the highest stream the client opened
+
+	// mu guards the writing side (bw, the framer's writes) and the state
+	// below. A call's worker takes it to write its answer; the reader to
+	// open, feed and end streams; the janitor to end late ones.
+	mu          sync.Mutex
+	bw          *bufio.Writer
+	windowed    sync.Cond // signalled when a send window opens or the connection ends
+	streams     map[uint32]*call
+	open        int   // streams counted against MaxStreams
+	sendWindow  int64 // the connection's, for our DATA
+	peerWindow  int32 // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame   uint32
+	recvUnacked uint32 // connection window consumed and not yet given back
+	recvUsed    int64  // connection window consumed of what we granted
+	closed      bool
+	goingAway   bool
+	idleSince   time.Time // when open last fell to 0
+	lastPing    time.Time
+	strikes     int
+	answered    bool // an answer was written since the last ping
+	janitor     *time.Timer
+
+	flushing atomic.Int64 // the nanotime a flush started, 0 when none
+}
+
+func newConn(s *Server, nc net.Conn, rc *replayConn) *conn {
+	c := &conn{s: s, nc: nc, streams: map[uint32]*call{}, peerWindow: 65535, peerFrame: 16384,
+		sendWindow: 65535, idleSince: time.Now()}
+	c.windowed.L = &c.mu
+	rc.pending = rc.pending[len(http2.ClientPreface):] // the sniff checked it
+	c.br = bufio.NewReaderSize(rc, 16<<10)
+	c.bw = bufio.NewWriterSize(nc, 16<<10)
+	c.fr = http2.NewFramer(c.bw, c.br)
+	c.fr.SetReuseFrames()
+	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxRequestBytes)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxRequestBytes)
+	p := &peer.Peer{Addr: nc.RemoteAddr(), LocalAddr: nc.LocalAddr()}
+	if tc, ok := nc.(*tls.Conn); ok {
+		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(),
+			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	}
+	c.ctx = peer.NewContext(context.Background(), p)
+	return c
+}
+
+// serve runs the connection: it acknowledges what the sniff read, then
+// reads frames until the connection ends.
+func (c *conn) serve() {
+	c.mu.Lock()
+	if c.s.cfg.ConnWindow > 65535 {
+		_ = c.fr.WriteWindowUpdate(0, c.s.cfg.ConnWindow-65535)
+	}
+	c.flushLocked()
+	c.janitor = time.AfterFunc(c.tick(), c.sweep)
+	c.mu.Unlock()
+	defer c.close()
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			c.readFailed(err)
+			return
+		}
+		if !c.frame(f) {
+			return
+		}
+	}
+}
+
+// tick is how often the janitor looks for late streams and idleness.
+func (c *conn) tick() time.Duration {
+	return max(min(c.s.cfg.RecvTimeout, c.s.cfg.IdleTimeout)/4, time.Millisecond)
+}
+
+// readFailed ends the connection after a read error: a stream error only
+// resets its stream (and the reader goes on, see serve's caller).
+func (c *conn) readFailed(err error) {
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		c.fail(http2.ErrCode(ce), "")
+	}
+}
+
+// frame handles one frame; it reports false when the connection must end.
+func (c *conn) frame(f http2.Frame) bool {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.headers(f)
+	case *http2.DataFrame:
+		return c.data(f)
+	case *http2.RSTStreamFrame:
+		c.mu.Lock()
+		if st := c.streams[f.StreamID]; st != nil {
+			st.resetLocked()
+		}
+		c.mu.Unlock()
+	case *http2.SettingsFrame:
+		return c.settings(f)
+	case *http2.PingFrame:
+		return c.ping(f)
+	case *http2.WindowUpdateFrame:
+		return c.windowUpdate(f)
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; those open are answered.
+	case *http2.PushPromiseFrame:
+		c.fail(http2.ErrCodeProtocol, "push from a client")
+		return false
+	}
+	return true
+}
+
+func (c *conn) settings(f *http2.SettingsFrame) bool {
+	if f.IsAck() {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			// RFC 9113 6.9.2: open streams' windows move by the change.
+			d := int64(s.Val) - int64(c.peerWindow)
+			for _, st := range c.streams {
+				st.sendWindow += d
+			}
+			c.peerWindow = int32(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = s.Val
+		}
+		return nil
+	})
+	if err != nil {
+		c.failLocked(http2.ErrCodeProtocol, "bad setting")
+		return false
+	}
+	_ = c.fr.WriteSettingsAck()
+	c.flushLocked()
+	c.windowed.Broadcast()
+	return true
+}
+
+func (c *conn) ping(f *http2.PingFrame) bool {
+	if f.IsAck() {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	switch {
+	case c.answered:
+		c.strikes = 0
+	case now.Sub(c.lastPing) < pingMinGap:
+		if c.strikes++; c.strikes > pingStrikes {
+			c.failLocked(http2.ErrCodeEnhanceYourCalm, "too_many_pings")
+			return false
+		}
+	}
+	c.lastPing, c.answered = now, false
+	_ = c.fr.WritePing(true, f.Data)
+	c.flushLocked()
+	return true
+}
+
+func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		if c.sendWindow += int64(f.Increment); c.sendWindow > 1<<31-1 {
+			c.failLocked(http2.ErrCodeFlowControl, "window overflow")
+			return false
+		}
+	} else if st := c.streams[f.StreamID]; st != nil {
+		if st.sendWindow += int64(f.Increment); st.sendWindow > 1<<31-1 {
+			c.rstLocked(st, http2.ErrCodeFlowControl)
+		}
+	}
+	c.windowed.Broadcast()
+	return true
+}
+
+// consume counts n bytes of DATA against the connection's receive window
+// and gives them back in batches; it reports false when the client sent
+// more than the window allowed.
+func (c *conn) consumeLocked(n uint32) bool {
+	if c.recvUsed += int64(n); c.recvUsed > int64(c.s.cfg.ConnWindow) {
+		c.failLocked(http2.ErrCodeFlowControl, "connection window exceeded")
+		return false
+	}
+	if c.recvUnacked += n; c.recvUnacked >= c.s.cfg.ConnWindow/4 {
+		_ = c.fr.WriteWindowUpdate(0, c.recvUnacked)
+		c.recvUsed -= int64(c.recvUnacked)
+		c.recvUnacked = 0
+	}
+	return true
+}
+
+// flushLocked writes what is buffered. A flush that blocks (a client that
+// does not read) is found by the janitor, which closes the connection.
+func (c *conn) flushLocked() {
+	if c.bw.Buffered() == 0 || c.closed {
+		return
+	}
+	c.flushing.Store(time.Now().UnixNano())
+	if err := c.bw.Flush(); err != nil {
+		c.closeLocked()
+	}
+	c.flushing.Store(0)
+}
+
+// fail sends GOAWAY with code and closes the connection.
+func (c *conn) fail(code http2.ErrCode, debug string) {
+	c.mu.Lock()
+	c.failLocked(code, debug)
+	c.mu.Unlock()
+}
+
+func (c *conn) failLocked(code http2.ErrCode, debug string) {
+	if c.closed {
+		return
+	}
+	_ = c.fr.WriteGoAway(c.lastID, code, []byte(debug))
+	c.flushLocked()
+	c.closeLocked()
+}
+
+// goAway begins a graceful end: no stream past the last one opened is
+// served, and the connection closes once every open one is answered.
+func (c *conn) goAway() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.goingAway || c.closed {
+		return
+	}
+	c.goingAway = true
+	_ = c.fr.WriteGoAway(c.lastID, http2.ErrCodeNo, nil)
+	c.flushLocked()
+	if c.open == 0 {
+		c.closeLocked()
+	}
+}
+
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closeLocked()
+	c.mu.Unlock()
+}
+
+// closeLocked closes the connection and cancels its calls in flight.
+func (c *conn) closeLocked() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.nc.Close()
+	if c.janitor != nil {
+		c.janitor.Stop()
+	}
+	for _, st := range c.streams {
+		st.resetLocked()
+	}
+	c.windowed.Broadcast()
+}
+
+// sweep is the janitor: it answers streams whose request is late, closes a
+// connection idle for IdleTimeout or stuck in a write for RecvTimeout, and
+// wakes answers waiting for a window so that they see their deadlines.
+func (c *conn) sweep() {
+	// A flush stuck on a client that does not read holds mu: closing the
+	// connection under it (without mu) makes the flush fail and let go.
+	if t := c.flushing.Load(); t != 0 && time.Since(time.Unix(0, t)) > c.s.cfg.RecvTimeout {
+		c.nc.Close()
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	now := time.Now()
+	for _, st := range c.streams {
+		if st.state == receiving && now.After(st.deadline) {
+			c.answerLocked(st, codeDeadlineExceeded, "sluice: the request did not arrive in time")
+			c.endLocked(st)
+		}
+	}
+	if c.open == 0 && now.Sub(c.idleSince) >= c.s.cfg.IdleTimeout {
+		_ = c.fr.WriteGoAway(c.lastID, http2.ErrCodeNo, []byte("max_idle"))
+		c.flushLocked()
+		c.closeLocked()
+		return
+	}
+	c.windowed.Broadcast()
+	c.janitor.Reset(c.tick())
+}

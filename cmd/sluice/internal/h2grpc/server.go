@@ -1,0 +1,337 @@
+// Package h2grpc serves unary gRPC calls over HTTP/2 with one goroutine
+// reading each connection and a kept worker answering each call, writing
+// its answer itself: no writer goroutine, no per-frame hand-over. It is the
+// transport of `sluice serve -grpc` for connections whose first call is a
+// unary method it serves (Envoy's ShouldRateLimit); a connection that
+// starts otherwise (a streaming call, an unknown method, a ping before any
+// call) is handed over, its bytes replayed, to grpc-go (Config.Handoff).
+//
+// Why a transport of its own: a rate-limit call is a few hundred bytes
+// each way, and Envoy keeps one call in flight on most of its connections;
+// grpc-go spends most of such a call's CPU passing it between its reader,
+// a handler goroutine and its writer (docs/benchmarks.md, "The transports
+// alone"). Here a call costs one read and one write.
+//
+// What it does not do: streaming calls on a connection it serves (they are
+// answered UNIMPLEMENTED, with a message saying to open a connection for
+// them), compression (UNIMPLEMENTED), server push, priorities (ignored).
+package h2grpc
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+)
+
+// Config bounds what clients can hold; see New for the defaults of zero
+// fields.
+type Config struct {
+	// MaxStreams caps a connection's streams open at once, advertised in
+	// SETTINGS_MAX_CONCURRENT_STREAMS; one past it is refused with
+	// RST_STREAM REFUSED_STREAM. A stream counts until its answer is
+	// written and its handler has returned, even if the client resets it
+	// (so that resetting streams cannot start more handlers than this).
+	MaxStreams uint32
+	// RecvTimeout bounds a call from its headers to its answer, whatever
+	// deadline the client asks for (a shorter one still holds). A call
+	// whose request has not arrived by then is answered DEADLINE_EXCEEDED
+	// (checked every RecvTimeout/4).
+	RecvTimeout time.Duration
+	// MaxRequestBytes caps a request message; a larger one is answered
+	// RESOURCE_EXHAUSTED as soon as its length prefix arrives.
+	MaxRequestBytes int
+	// IdleTimeout closes a connection without streams for this long
+	// (GOAWAY, then close).
+	IdleTimeout time.Duration
+	// StreamWindow and ConnWindow are the receive windows of a stream and
+	// of a connection (HTTP/2 flow control).
+	StreamWindow, ConnWindow uint32
+	// Admit takes a place for a new stream in a server-wide budget, and
+	// Release gives it back; a stream Admit refuses is answered
+	// RESOURCE_EXHAUSTED. Nil: no budget.
+	Admit   func() bool
+	Release func()
+	// Handoff takes a connection this server does not serve, with the
+	// bytes read from it so far replayed (the client's preface first) and
+	// this server's SETTINGS already sent: a frame it answered nothing to.
+	// Nil: such a connection is closed.
+	Handoff func(net.Conn)
+	// Log receives the errors of connections (at debug level) and of the
+	// listener. Nil: slog.Default().
+	Log *slog.Logger
+}
+
+// Server is a gRPC server of unary methods (see the package doc). Register
+// services before Serve; after that it is safe for concurrent use.
+type Server struct {
+	cfg       Config
+	methods   map[string]method // by full name, "/pkg.Service/Method"
+	streaming map[string]bool
+	work      chan work    // idle workers wait here
+	maxIdle   int          // workers kept waiting for work
+	idle      atomic.Int32 // workers waiting on work
+
+	mu       sync.Mutex
+	conns    map[net.Conn]*conn // nil: not decided yet
+	shutdown bool
+	done     chan struct{} // closed when shutdown begins
+	wg       sync.WaitGroup
+}
+
+type method struct {
+	impl    any
+	handler grpc.MethodHandler
+}
+
+// Defaults of Config's zero fields.
+const (
+	DefaultMaxStreams      = 100
+	DefaultRecvTimeout     = 10 * time.Second
+	DefaultMaxRequestBytes = 64 << 10
+	DefaultIdleTimeout     = 2 * time.Minute
+	DefaultStreamWindow    = 64 << 10
+	DefaultConnWindow      = 1 << 20
+)
+
+// New returns a server with cfg, its zero fields at their defaults, keeping
+// up to workers goroutines waiting for calls. Why kept workers: a call on a
+// new goroutine grows (copies) its stack down the handler chain every time;
+// a kept one has it grown already.
+func New(cfg Config, workers int) *Server {
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.RecvTimeout <= 0 {
+		cfg.RecvTimeout = DefaultRecvTimeout
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.StreamWindow < 65535 {
+		cfg.StreamWindow = DefaultStreamWindow
+	}
+	if cfg.ConnWindow < 65535 {
+		cfg.ConnWindow = DefaultConnWindow
+	}
+	if cfg.ConnWindow > 1<<31-1 {
+		cfg.ConnWindow = 1<<31 - 1
+	}
+	if cfg.StreamWindow > 1<<31-1 {
+		cfg.StreamWindow = 1<<31 - 1
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Server{cfg: cfg, methods: map[string]method{}, streaming: map[string]bool{},
+		work: make(chan work), maxIdle: workers, conns: map[net.Conn]*conn{}, done: make(chan struct{})}
+}
+
+// RegisterService serves sd's unary methods with impl; its streaming
+// methods are left to the Handoff server (a connection that starts with one
+// is handed over). It implements grpc.ServiceRegistrar.
+func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	for _, m := range sd.Methods {
+		s.methods["/"+sd.ServiceName+"/"+m.MethodName] = method{impl: impl, handler: m.Handler}
+	}
+	for _, m := range sd.Streams {
+		s.streaming["/"+sd.ServiceName+"/"+m.StreamName] = true
+	}
+}
+
+// ErrServerClosed is Serve's answer once Shutdown or Close has begun.
+var ErrServerClosed = errors.New("h2grpc: server closed")
+
+// Serve accepts connections on ln and serves each on a goroutine of its
+// own, over TLS when tlsConfig is not nil (its NextProtos should offer
+// "h2"; the handshake must end within RecvTimeout). It returns when ln
+// fails or is closed, ErrServerClosed after Shutdown or Close.
+func (s *Server) Serve(ln net.Listener, tlsConfig *tls.Config) error {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			// As net/http: a temporary failure (out of descriptors) is
+			// waited out, up to a second between tries.
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.cfg.Log.Error("grpc accept failed; retrying", "err", err, "in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		go s.serveAccepted(nc, tlsConfig)
+	}
+}
+
+func isTemporary(err error) bool {
+	t, ok := err.(interface{ Temporary() bool })
+	return ok && t.Temporary()
+}
+
+func (s *Server) serveAccepted(nc net.Conn, tlsConfig *tls.Config) {
+	if tlsConfig != nil {
+		tc := tls.Server(nc, tlsConfig)
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RecvTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.cfg.Log.Debug("grpc tls handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			nc.Close()
+			return
+		}
+		nc = tc
+	}
+	s.ServeConn(nc)
+}
+
+// ServeConn serves one connection (after its TLS handshake, if any: a
+// *tls.Conn's verified chains reach the handlers as the peer's
+// credentials.TLSInfo) and returns when it ends or is handed over.
+func (s *Server) ServeConn(nc net.Conn) {
+	if !s.track(nc, nil) {
+		nc.Close()
+		return
+	}
+	defer s.wg.Done()
+	rc, fast := s.sniff(nc)
+	if rc == nil {
+		s.untrack(nc)
+		nc.Close()
+		return
+	}
+	if !fast {
+		s.untrack(nc)
+		if s.cfg.Handoff == nil {
+			nc.Close()
+			return
+		}
+		s.cfg.Handoff(rc)
+		return
+	}
+	c := newConn(s, nc, rc)
+	if !s.track(nc, c) {
+		nc.Close()
+		return
+	}
+	c.serve()
+	s.untrack(nc)
+}
+
+// track records nc (c nil while its first call is not known yet); it
+// reports false once the server is shutting down. A first record adds to
+// s.wg, which ServeConn's return takes back.
+func (s *Server) track(nc net.Conn, c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown {
+		return false
+	}
+	if _, ok := s.conns[nc]; !ok {
+		s.wg.Add(1)
+	}
+	s.conns[nc] = c
+	return true
+}
+
+func (s *Server) untrack(nc net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, nc)
+	s.mu.Unlock()
+}
+
+// Shutdown stops taking connections and streams: each connection gets a
+// GOAWAY naming its last stream, and is closed once its calls are
+// answered; connections not yet past their first call are closed at once.
+// It returns when every connection has ended, or with ctx's error when ctx
+// ends first (Close then ends the rest).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.shutdown {
+		s.shutdown = true
+		close(s.done)
+	}
+	for nc, c := range s.conns {
+		if c == nil {
+			nc.Close()
+			continue
+		}
+		c.goAway()
+	}
+	s.mu.Unlock()
+	ended := make(chan struct{})
+	go func() { s.wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("h2grpc: shutdown: %w", ctx.Err())
+	}
+}
+
+// Close closes every connection at once, cancelling the calls in flight,
+// and waits for the connections' readers to return.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if !s.shutdown {
+		s.shutdown = true
+		close(s.done)
+	}
+	for nc := range s.conns {
+		nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// dispatch hands a call to an idle worker, or to a new one.
+func (s *Server) dispatch(st *call, ctx context.Context) {
+	select {
+	case s.work <- work{st, ctx}:
+	default:
+		go s.worker(work{st, ctx})
+	}
+}
+
+// work is a call for a worker, with its context.
+type work struct {
+	st  *call
+	ctx context.Context
+}
+
+// worker answers w, then waits for more while fewer than maxIdle others
+// wait, until the server shuts down.
+func (s *Server) worker(w work) {
+	for {
+		w.st.run(w.ctx)
+		if s.idle.Add(1) > int32(s.maxIdle) {
+			s.idle.Add(-1)
+			return
+		}
+		select {
+		case w = <-s.work:
+			s.idle.Add(-1)
+		case <-s.done:
+			s.idle.Add(-1)
+			return
+		}
+	}
+}
