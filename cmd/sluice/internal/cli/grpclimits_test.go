@@ -355,3 +355,17 @@ func TestGRPCInFlightBytes(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, call())
 }
+
+// TestGRPCTransportsSendTheSameSettings: the sluice transport sends its
+// SETTINGS before it knows whether it keeps a connection, and grpc-go sends
+// its own when it takes one over; the two must agree, so that the second
+// changes nothing the client already relies on.
+func TestGRPCTransportsSendTheSameSettings(t *testing.T) {
+	for _, lim := range []cli.GRPCLimits{{}, {MaxStreams: 7, MaxRequestBytes: 1 << 20, InFlightBytes: 1 << 20}} {
+		goLim, ours := lim, lim
+		goLim.Transport, ours.Transport = "grpc-go", "sluice"
+		want := dialH2(t, startGRPCLimits(t, goLim)).settings
+		got := dialH2(t, startGRPCLimits(t, ours)).settings
+		assert.Equal(t, want, got, "%+v", lim)
+	}
+}

@@ -132,7 +132,7 @@ func parseTimeout(v string) (time.Duration, bool) {
 func (s *Server) settingsFrame() []byte {
 	var b bytes.Buffer
 	fr := http2.NewFramer(&b, nil)
-	settings := []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: s.cfg.MaxStreams}}
+	settings := []http2.Setting{{ID: http2.SettingMaxFrameSize, Val: 16384}, {ID: http2.SettingMaxConcurrentStreams, Val: s.cfg.MaxStreams}}
 	if s.cfg.StreamWindow != 65535 {
 		settings = append(settings, http2.Setting{ID: http2.SettingInitialWindowSize, Val: s.cfg.StreamWindow})
 	}
