@@ -135,7 +135,6 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
 			if fast != nil {
-				ln.Close()
 				if fast.Shutdown(ctx) != nil {
 					fast.Close()
 				}

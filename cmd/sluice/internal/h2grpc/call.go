@@ -31,6 +31,7 @@ type call struct {
 	m        method
 	codec    encoding.CodecV2 // nil: protobuf, decoded directly
 	ctype    []byte           // the content-type field of the answer, encoded
+	headers  []byte           // the answer's headers, encoded
 	deadline time.Time
 	body     []byte
 
@@ -103,7 +104,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 // parse reads a call's header fields; a code other than codeOK is the
 // answer to give at once.
 func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
-	st.ctype = ctypeProto
+	st.ctype, st.headers = ctypeProto, headersProto
 	if f.PseudoValue("method") != "POST" {
 		return codeUnimplemented, "grpc: method must be POST"
 	}
@@ -121,6 +122,7 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 					return codeInternal, fmt.Sprintf("grpc: no codec registered for content-subtype %s", sub)
 				}
 				st.ctype = encodeContentType("application/grpc+" + sub)
+				st.headers = append([]byte{status200}, st.ctype...)
 			}
 		case "grpc-timeout":
 			d, ok := parseTimeout(hf.Value)
@@ -311,7 +313,7 @@ func (c *conn) respondLocked(st *call, out []byte) {
 	if st.answered || st.reset || c.closed {
 		return
 	}
-	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: st.headerBlock(), EndHeaders: true})
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: st.headers, EndHeaders: true})
 	for len(out) > 0 {
 		n := min(int64(len(out)), st.sendWindow, c.sendWindow, int64(c.peerFrame))
 		if n <= 0 {
@@ -335,10 +337,6 @@ func (c *conn) respondLocked(st *call, out []byte) {
 	st.answered = true
 	c.answered = true
 	c.flushLocked()
-}
-
-func (st *call) headerBlock() []byte {
-	return append(append(make([]byte, 0, 1+len(st.ctype)), status200), st.ctype...)
 }
 
 // answerLocked ends a stream with a status and no message (a trailers-only

@@ -81,6 +81,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	conns    map[net.Conn]*conn // nil: not decided yet
+	lns      []net.Listener     // Serve's, closed by Shutdown and Close
 	shutdown bool
 	done     chan struct{} // closed when shutdown begins
 	wg       sync.WaitGroup
@@ -157,6 +158,14 @@ var ErrServerClosed = errors.New("h2grpc: server closed")
 // "h2"; the handshake must end within RecvTimeout). It returns when ln
 // fails or is closed, ErrServerClosed after Shutdown or Close.
 func (s *Server) Serve(ln net.Listener, tlsConfig *tls.Config) error {
+	s.mu.Lock()
+	if s.shutdown {
+		s.mu.Unlock()
+		ln.Close()
+		return ErrServerClosed
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
 	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -258,17 +267,14 @@ func (s *Server) untrack(nc net.Conn) {
 	s.mu.Unlock()
 }
 
-// Shutdown stops taking connections and streams: each connection gets a
+// Shutdown closes the listeners and stops taking streams: each connection gets a
 // GOAWAY naming its last stream, and is closed once its calls are
 // answered; connections not yet past their first call are closed at once.
 // It returns when every connection has ended, or with ctx's error when ctx
 // ends first (Close then ends the rest).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	if !s.shutdown {
-		s.shutdown = true
-		close(s.done)
-	}
+	s.beginShutdownLocked()
 	for nc, c := range s.conns {
 		if c == nil {
 			nc.Close()
@@ -287,14 +293,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// beginShutdownLocked refuses new connections and closes the listeners.
+func (s *Server) beginShutdownLocked() {
+	if s.shutdown {
+		return
+	}
+	s.shutdown = true
+	close(s.done)
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+}
+
 // Close closes every connection at once, cancelling the calls in flight,
 // and waits for the connections' readers to return.
 func (s *Server) Close() {
 	s.mu.Lock()
-	if !s.shutdown {
-		s.shutdown = true
-		close(s.done)
-	}
+	s.beginShutdownLocked()
 	for nc := range s.conns {
 		nc.Close()
 	}

@@ -22,9 +22,10 @@ const (
 // and the common blocks are constants. Each field is either an exact match
 // of the static table (":status: 200") or a literal that is never indexed.
 var (
-	status200  byte = 0x88 // ":status: 200", static table entry 8
-	ctypeProto      = encodeContentType("application/grpc")
-	trailersOK      = appendField(nil, "grpc-status", "0")
+	status200    byte = 0x88 // ":status: 200", static table entry 8
+	ctypeProto        = encodeContentType("application/grpc")
+	headersProto      = append([]byte{status200}, ctypeProto...)
+	trailersOK        = appendField(nil, "grpc-status", "0")
 )
 
 func encodeContentType(v string) []byte { return appendField(nil, "content-type", v) }
