@@ -34,6 +34,9 @@ import (
 //   - serve-memory, serve-redis: RunServer with WithGRPC, as `sluice serve
 //     -grpc -config` runs, on the memory store and on a redis-server
 //     started for the run (skipped without one);
+//   - serve-memory-grpc-go: serve-memory on GRPCLimits.Transport
+//     "grpc-go" (grpc-go serving every call, as before the h2grpc
+//     transport);
 //   - floor-deadline, serve-memory-deadline: the same with a 1 s deadline
 //     on every call, sent as grpc-timeout, as Envoy sends its filter's
 //     timeout (a call without one costs the server a timer of its own:
@@ -58,6 +61,9 @@ func BenchmarkLoopbackGRPC(b *testing.B) {
 	b.Run("floor-deadline", func(b *testing.B) { floor(b, time.Second) })
 	b.Run("serve-memory", func(b *testing.B) {
 		serveGRPC(b, store.NewMemory(), 0)
+	})
+	b.Run("serve-memory-grpc-go", func(b *testing.B) {
+		serveGRPCOn(b, store.NewMemory(), 0, "grpc-go")
 	})
 	b.Run("serve-memory-deadline", func(b *testing.B) {
 		serveGRPC(b, store.NewMemory(), time.Second)
@@ -85,6 +91,11 @@ func (okService) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rls
 // descriptor key "k", 1000/s per value, and drives it (deadline as
 // loopbackGRPC).
 func serveGRPC(b *testing.B, st store.Store, deadline time.Duration) {
+	serveGRPCOn(b, st, deadline, "")
+}
+
+// serveGRPCOn is serveGRPC on the gRPC transport named (GRPCLimits.Transport).
+func serveGRPCOn(b *testing.B, st store.Store, deadline time.Duration, transport string) {
 	rc, err := rules.Parse("perf.yaml", []byte("domain: perf\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
 	if err != nil {
 		b.Fatal(err)
@@ -98,7 +109,7 @@ func serveGRPC(b *testing.B, st store.Store, deadline time.Duration) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
-			WithGRPC("127.0.0.1:0", func(a net.Addr) { addr <- a.String() }))
+			WithGRPCLimits("127.0.0.1:0", GRPCLimits{Transport: transport}, func(a net.Addr) { addr <- a.String() }))
 	}()
 	a := <-addr
 	b.Cleanup(func() { cancel(); <-done; st.Close() })

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,13 @@ import (
 // pings are welcome every pingMinGap, with or without streams; a client
 // that pings more often than that more than pingStrikes times in a row,
 // with no answer written in between, gets GOAWAY ENHANCE_YOUR_CALM.
+var ackDelay = func() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("H2_ACKDELAY"))
+	return d
+}()
+
+const maxAcks = 8
+
 const (
 	pingMinGap  = 5 * time.Second
 	pingStrikes = 2
@@ -56,6 +64,8 @@ type conn struct {
 	strikes     int
 	answered    bool // an answer was written since the last ping
 	janitor     *time.Timer
+	acks        [][8]byte   // PING acks held back (see ackDelay)
+	ackTimer    *time.Timer // sends acks
 
 	flushing atomic.Int64 // the nanotime a flush started, 0 when none
 }
@@ -196,9 +206,38 @@ func (c *conn) ping(f *http2.PingFrame) bool {
 		}
 	}
 	c.lastPing, c.answered = now, false
-	_ = c.fr.WritePing(true, f.Data)
-	c.flushLocked()
+	if ackDelay <= 0 || len(c.acks) == maxAcks {
+		c.writeAcksLocked()
+		_ = c.fr.WritePing(true, f.Data)
+		c.flushLocked()
+		return true
+	}
+	c.acks = append(c.acks, f.Data)
+	if len(c.acks) == 1 {
+		if c.ackTimer == nil {
+			c.ackTimer = time.AfterFunc(ackDelay, c.sendAcks)
+		} else {
+			c.ackTimer.Reset(ackDelay)
+		}
+	}
 	return true
+}
+
+// writeAcksLocked writes the pending PING acks.
+func (c *conn) writeAcksLocked() {
+	for _, d := range c.acks {
+		_ = c.fr.WritePing(true, d)
+	}
+	c.acks = c.acks[:0]
+}
+
+func (c *conn) sendAcks() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.acks) > 0 && !c.closed {
+		c.writeAcksLocked()
+		c.flushLocked()
+	}
 }
 
 func (c *conn) windowUpdate(f *http2.WindowUpdateFrame) bool {
@@ -294,6 +333,9 @@ func (c *conn) closeLocked() {
 	c.nc.Close()
 	if c.janitor != nil {
 		c.janitor.Stop()
+	}
+	if c.ackTimer != nil {
+		c.ackTimer.Stop()
 	}
 	for _, st := range c.streams {
 		st.resetLocked()
