@@ -86,6 +86,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 	c.open++
 	st.ended = f.StreamEnded()
 	code, msg := st.parse(f)
+	if f.Truncated {
+		code, msg = codeResourceExhausted, "sluice: the request's header fields are too large"
+	}
 	if code == codeOK && st.ended {
 		code, msg = codeInternal, "grpc: the request has no message"
 	}

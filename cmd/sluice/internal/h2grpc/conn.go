@@ -104,6 +104,11 @@ func (c *conn) serve() {
 	defer c.close()
 	for {
 		f, err := c.fr.ReadFrame()
+		var se http2.StreamError
+		if errors.As(err, &se) {
+			c.streamError(se)
+			continue
+		}
 		if err != nil {
 			c.readFailed(err)
 			return
@@ -119,8 +124,24 @@ func (c *conn) tick() time.Duration {
 	return max(min(c.s.cfg.RecvTimeout, c.s.cfg.IdleTimeout)/4, time.Millisecond)
 }
 
-// readFailed ends the connection after a read error: a stream error only
-// resets its stream (and the reader goes on, see serve's caller).
+// streamError resets the stream of a frame the framer refused (a bad
+// header field, a zero window increment); the connection goes on.
+func (c *conn) streamError(se http2.StreamError) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st := c.streams[se.StreamID]; st != nil {
+		c.rstLocked(st, se.Code)
+		return
+	}
+	if se.StreamID > c.lastID {
+		c.lastID = se.StreamID
+	}
+	_ = c.fr.WriteRSTStream(se.StreamID, se.Code)
+	c.flushLocked()
+}
+
+// readFailed ends the connection after a read error, with GOAWAY when the
+// client broke the protocol.
 func (c *conn) readFailed(err error) {
 	var ce http2.ConnectionError
 	if errors.As(err, &ce) {
