@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,8 +21,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
+	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
 	"github.com/sluice-go/sluice/cmd/sluice/service"
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
+	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -141,4 +144,36 @@ func startGRPC(t *testing.T, c service.Config) rlsv3.RateLimitServiceClient {
 	require.NoError(t, err)
 	t.Cleanup(func() { cc.Close() })
 	return rlsv3.NewRateLimitServiceClient(cc)
+}
+
+// TestGRPCLeasesOnBothTransports: the Leases service, whose messages are
+// JSON (content subtype "json", a codec registered the grpc-go v1 way),
+// answers the same on the Sluice transport as on grpc-go.
+func TestGRPCLeasesOnBothTransports(t *testing.T) {
+	renew := func(transport string) string {
+		c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10},
+			Leases: &service.LeaseConfig{NoLearning: true}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		t.Cleanup(func() { c.Store.Close() })
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
+				cli.WithGRPCLimits("127.0.0.1:0", cli.GRPCLimits{Transport: transport}, func(a net.Addr) { addr <- a.String() }))
+		}()
+		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+		cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		resp, err := leasegrpc.Transport(cc).Renew(context.Background(), &lease.Request{Holder: "h1",
+			Keys: []lease.KeyRequest{{Key: "k"}}})
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		require.Len(t, resp.Keys, 1)
+		return fmt.Sprintf("rate=%v burst=%v", resp.Keys[0].Rate, resp.Keys[0].Burst)
+	}
+	want := renew("grpc-go")
+	t.Log("grpc-go:", want)
+	assert.Equal(t, want, renew("sluice"))
 }

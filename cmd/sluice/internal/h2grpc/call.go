@@ -120,7 +120,7 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 				return codeInternal, fmt.Sprintf("grpc: unsupported content-type %q", hf.Value)
 			}
 			if sub != "" && sub != "proto" {
-				st.codec = encoding.GetCodecV2(sub)
+				st.codec = codecFor(sub)
 				if st.codec == nil {
 					return codeInternal, fmt.Sprintf("grpc: no codec registered for content-subtype %s", sub)
 				}
@@ -403,3 +403,31 @@ func (c *conn) endLocked(st *call) {
 		}
 	}
 }
+
+// codecFor is the codec registered for a content subtype, as grpc-go finds
+// it: a CodecV2, or a Codec (encoding.RegisterCodec, as leasegrpc's "json").
+func codecFor(sub string) encoding.CodecV2 {
+	if c := encoding.GetCodecV2(sub); c != nil {
+		return c
+	}
+	if c := encoding.GetCodec(sub); c != nil {
+		return codecV1{c}
+	}
+	return nil
+}
+
+// codecV1 serves an encoding.Codec as a CodecV2.
+type codecV1 struct{ c encoding.Codec }
+
+func (c codecV1) Marshal(v any) (mem.BufferSlice, error) {
+	b, err := c.c.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+}
+
+func (c codecV1) Unmarshal(data mem.BufferSlice, v any) error {
+	return c.c.Unmarshal(data.Materialize(), v)
+}
+func (c codecV1) Name() string { return c.c.Name() }
