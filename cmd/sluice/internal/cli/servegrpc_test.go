@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
 	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
@@ -176,4 +178,67 @@ func TestGRPCLeasesOnBothTransports(t *testing.T) {
 	want := renew("grpc-go")
 	t.Log("grpc-go:", want)
 	assert.Equal(t, want, renew("sluice"))
+}
+
+// TestGRPCTransportsAnswerAlike: calls answered by the Sluice transport
+// get what grpc-go gives them: answers, status codes and messages, on one
+// connection, including a method no service has and a health check.
+func TestGRPCTransportsAnswerAlike(t *testing.T) {
+	rc, err := rules.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n"))
+	require.NoError(t, err)
+	outcomes := func(transport string) []string {
+		c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10}, Rules: rc,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		t.Cleanup(func() { c.Store.Close() })
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
+				cli.WithGRPCLimits("127.0.0.1:0", cli.GRPCLimits{Transport: transport}, func(a net.Addr) { addr <- a.String() }))
+		}()
+		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+		cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		client := rlsv3.NewRateLimitServiceClient(cc)
+		var out []string
+		note := func(resp any, err error) {
+			if err != nil {
+				out = append(out, "error: "+err.Error())
+				return
+			}
+			out = append(out, fmt.Sprint(resp))
+		}
+		desc := func(k, v string) []*ratelimitv3.RateLimitDescriptor {
+			return []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}}
+		}
+		for _, req := range []*rlsv3.RateLimitRequest{
+			{Domain: "d", Descriptors: desc("k", "a")}, // the first call: the connection is the Sluice transport's
+			{Domain: "d", Descriptors: desc("k", "a")},
+			{Domain: "d", Descriptors: desc("k", "a")}, // over the limit
+			{Domain: "d", Descriptors: desc("other", "x")},
+			{Domain: "", Descriptors: desc("k", "a")},
+			{Domain: "d"},
+			{Domain: "d", Descriptors: desc("k", "é%\n")},
+		} {
+			resp, err := client.ShouldRateLimit(context.Background(), req)
+			if resp != nil {
+				for _, s := range resp.Statuses {
+					s.DurationUntilReset = nil // a clock reading
+				}
+			}
+			note(resp, err)
+		}
+		note(healthpb.NewHealthClient(cc).Check(context.Background(), &healthpb.HealthCheckRequest{}))
+		var empty emptypb.Empty
+		note(nil, cc.Invoke(context.Background(), "/no.Such/Method", &empty, &empty))
+		return out
+	}
+	want := outcomes("grpc-go")
+	got := outcomes("sluice")
+	require.Len(t, got, len(want))
+	for i := range want {
+		assert.Equal(t, want[i], got[i], "outcome %d", i)
+	}
 }

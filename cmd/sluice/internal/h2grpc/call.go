@@ -149,7 +149,12 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	case st.c.s.streaming[path]:
 		return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
 	}
-	return codeUnimplemented, fmt.Sprintf("unknown method %s", path)
+	// As grpc-go words it.
+	svc, name, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if !st.c.s.services[svc] {
+		return codeUnimplemented, fmt.Sprintf("unknown service %v", svc)
+	}
+	return codeUnimplemented, fmt.Sprintf("unknown method %v for service %v", name, svc)
 }
 
 // contentSubtype is the part of a gRPC content type after "+" ("" for

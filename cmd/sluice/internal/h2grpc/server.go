@@ -75,9 +75,10 @@ type Server struct {
 	cfg       Config
 	methods   map[string]method // by full name, "/pkg.Service/Method"
 	streaming map[string]bool
-	work      chan work    // idle workers wait here
-	maxIdle   int          // workers kept waiting for work
-	idle      atomic.Int32 // workers waiting on work
+	services  map[string]bool // by name, "pkg.Service"
+	work      chan work       // idle workers wait here
+	maxIdle   int             // workers kept waiting for work
+	idle      atomic.Int32    // workers waiting on work
 
 	mu       sync.Mutex
 	conns    map[net.Conn]*conn // nil: not decided yet
@@ -135,13 +136,15 @@ func New(cfg Config, workers int) *Server {
 		cfg.Log = slog.Default()
 	}
 	return &Server{cfg: cfg, methods: map[string]method{}, streaming: map[string]bool{},
-		work: make(chan work), maxIdle: workers, conns: map[net.Conn]*conn{}, done: make(chan struct{})}
+		services: map[string]bool{},
+		work:     make(chan work), maxIdle: workers, conns: map[net.Conn]*conn{}, done: make(chan struct{})}
 }
 
 // RegisterService serves sd's unary methods with impl; its streaming
 // methods are left to the Handoff server (a connection that starts with one
 // is handed over). It implements grpc.ServiceRegistrar.
 func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	s.services[sd.ServiceName] = true
 	for _, m := range sd.Methods {
 		s.methods["/"+sd.ServiceName+"/"+m.MethodName] = method{impl: impl, handler: m.Handler}
 	}
