@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,10 +20,20 @@ import (
 // pings are welcome every pingMinGap, with or without streams; a client
 // that pings more often than that more than pingStrikes times in a row,
 // with no answer written in between, gets GOAWAY ENHANCE_YOUR_CALM.
-var ackDelay = func() time.Duration {
-	d, _ := time.ParseDuration(os.Getenv("H2_ACKDELAY"))
-	return d
-}()
+// ackDelay is how long a PING's ack waits before it is written (with the
+// others held then); maxAcks acks held make them all leave at once.
+//
+// Why hold acks: grpc-go's client estimates bandwidth by sending a PING
+// each time an answer's DATA arrives and no PING of its is unacknowledged,
+// which with one call in flight is a PING per call, and an ack written
+// alone per call. Held, an ack costs one write per connection every 10 ms
+// at most, and the client's next PING waits for it: with 32 connections
+// of one call each, the server
+// spent 16% less CPU per call (41.3 against 49.1 µs, 4 interleaved runs
+// each, see docs/benchmarks.md). Why 10 ms: far below any keepalive
+// timeout (grpc-go's 20 s, Envoy's seconds), which is what an ack's
+// lateness can cost; RFC 9113 asks that acks go out early, not at once.
+const ackDelay = 10 * time.Millisecond
 
 const maxAcks = 8
 
@@ -227,7 +236,7 @@ func (c *conn) ping(f *http2.PingFrame) bool {
 		}
 	}
 	c.lastPing, c.answered = now, false
-	if ackDelay <= 0 || len(c.acks) == maxAcks {
+	if len(c.acks) == maxAcks {
 		c.writeAcksLocked()
 		_ = c.fr.WritePing(true, f.Data)
 		c.flushLocked()
