@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
 	"github.com/sluice-go/sluice/cmd/sluice/internal/rlsload"
 	"github.com/sluice-go/sluice/internal/loadgen"
 )
@@ -58,8 +59,11 @@ func init() {
 //     connection (x/net/http2's Framer and HPACK), each call answered on the
 //     reading goroutine, its frames written with the next read's;
 //   - h2-per-call: the same with each call answered on a goroutine of its
-//     own (what a store call that blocks, Redis's, would need).
-var bareKinds = []string{"http1", "grpc-go", "nethttp-h2c", "h2-inline", "h2-per-call"}
+//     own (what a store call that blocks, Redis's, would need);
+//   - h2grpc: the transport `serve -grpc` uses (internal/h2grpc, the same
+//     windows and stream cap as grpc-go's row), the service's handler
+//     decoding the request.
+var bareKinds = []string{"http1", "grpc-go", "nethttp-h2c", "h2-inline", "h2-per-call", "h2grpc"}
 
 // TestMeasureGRPCTransports measures the CPU per call of bare servers, one
 // child process each, driven closed loop in turn: the HTTP/1.1 one by
@@ -212,6 +216,10 @@ func runBareServer(kind string) {
 			grpc.MaxConcurrentStreams(100), grpc.NumStreamWorkers(uint32(32*runtime.GOMAXPROCS(0))))
 		rlsv3.RegisterRateLimitServiceServer(g, bareRLS{})
 		_ = g.Serve(ln)
+	case "h2grpc":
+		s := h2grpc.New(h2grpc.Config{StreamWindow: 64 << 10, ConnWindow: 1 << 20, MaxStreams: 100}, 32*runtime.GOMAXPROCS(0))
+		rlsv3.RegisterRateLimitServiceServer(s, bareRLS{})
+		_ = s.Serve(ln, nil)
 	case "nethttp-h2c":
 		s := &http.Server{Handler: http.HandlerFunc(bareGRPCHandler), HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 100}}
 		s.Protocols = new(http.Protocols)
