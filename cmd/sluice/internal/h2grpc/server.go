@@ -200,6 +200,24 @@ func isTemporary(err error) bool {
 }
 
 func (s *Server) serveAccepted(nc net.Conn, tlsConfig *tls.Config) {
+	s.serve(nc, tlsConfig)
+}
+
+// ServeConn serves one connection (after its TLS handshake, if any: a
+// *tls.Conn's verified chains reach the handlers as the peer's
+// credentials.TLSInfo) and returns when it ends or is handed over.
+func (s *Server) ServeConn(nc net.Conn) { s.serve(nc, nil) }
+
+// serve serves nc, over TLS when tlsConfig is not nil. Shutdown and Close
+// close nc (the connection accepted, under any TLS) from the start.
+func (s *Server) serve(nc net.Conn, tlsConfig *tls.Config) {
+	if !s.track(nc, nil) {
+		nc.Close()
+		return
+	}
+	defer s.wg.Done()
+	defer s.untrack(nc)
+	conn := nc
 	if tlsConfig != nil {
 		tc := tls.Server(nc, tlsConfig)
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RecvTimeout)
@@ -210,42 +228,25 @@ func (s *Server) serveAccepted(nc net.Conn, tlsConfig *tls.Config) {
 			nc.Close()
 			return
 		}
-		nc = tc
+		conn = tc
 	}
-	s.ServeConn(nc)
-}
-
-// ServeConn serves one connection (after its TLS handshake, if any: a
-// *tls.Conn's verified chains reach the handlers as the peer's
-// credentials.TLSInfo) and returns when it ends or is handed over.
-func (s *Server) ServeConn(nc net.Conn) {
-	if !s.track(nc, nil) {
+	rc, fast := s.sniff(conn)
+	switch {
+	case rc == nil:
 		nc.Close()
-		return
-	}
-	defer s.wg.Done()
-	rc, fast := s.sniff(nc)
-	if rc == nil {
-		s.untrack(nc)
+	case !fast && s.cfg.Handoff == nil:
 		nc.Close()
-		return
-	}
-	if !fast {
+	case !fast:
 		s.untrack(nc)
-		if s.cfg.Handoff == nil {
-			nc.Close()
-			return
-		}
 		s.cfg.Handoff(rc)
-		return
+	default:
+		c := newConn(s, conn, rc)
+		if s.track(nc, c) {
+			c.serve()
+		} else {
+			nc.Close()
+		}
 	}
-	c := newConn(s, nc, rc)
-	if !s.track(nc, c) {
-		nc.Close()
-		return
-	}
-	c.serve()
-	s.untrack(nc)
 }
 
 // track records nc (c nil while its first call is not known yet); it
