@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
 	"github.com/sluice-go/sluice/cmd/sluice/leasegrpc"
@@ -101,6 +102,9 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 		leasegrpc.Register(reg, srv.RenewLease) // sluice.lease.v1.Leases, beside Envoy's
 		hs := health.NewServer()
 		healthpb.RegisterHealthServer(reg, hs)
+		// Reflection, so that grpcurl and ghz need no proto files. Its one
+		// method streams: a connection that starts with it goes to grpc-go.
+		reflection.Register(g)
 		b.learn(g)
 		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService",
 			"tls", tlsMode(certs), "transport", cmp.Or(b.lim.Transport, "sluice"))

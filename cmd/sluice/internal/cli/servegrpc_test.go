@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
@@ -240,5 +241,31 @@ func TestGRPCTransportsAnswerAlike(t *testing.T) {
 	require.Len(t, got, len(want))
 	for i := range want {
 		assert.Equal(t, want[i], got[i], "outcome %d", i)
+	}
+}
+
+// TestGRPCReflection: the gRPC port serves reflection (what grpcurl and
+// ghz ask first), on either transport, and lists the services.
+func TestGRPCReflection(t *testing.T) {
+	for _, transport := range []string{"sluice", "grpc-go"} {
+		addr := startGRPCLimits(t, cli.GRPCLimits{Transport: transport})
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := reflectionpb.NewServerReflectionClient(cc).ServerReflectionInfo(ctx)
+		require.NoError(t, err)
+		require.NoError(t, s.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}))
+		r, err := s.Recv()
+		require.NoError(t, err)
+		var names []string
+		for _, svc := range r.GetListServicesResponse().GetService() {
+			names = append(names, svc.GetName())
+		}
+		assert.Subset(t, names, []string{"envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health", "sluice.lease.v1.Leases"}, transport)
+		// A unary call after it, on the same connection (grpc-go's now).
+		_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		require.NoError(t, err, transport)
 	}
 }
