@@ -270,9 +270,9 @@ func (f *fixture) client(opts ...grpc.DialOption) *grpc.ClientConn {
 	return cc
 }
 
-func call(ctx context.Context, cc *grpc.ClientConn, path, in string) (string, error) {
+func call(ctx context.Context, cc *grpc.ClientConn, path, in string, opts ...grpc.CallOption) (string, error) {
 	out := new(wrapperspb.StringValue)
-	err := cc.Invoke(ctx, path, wrapperspb.String(in), out)
+	err := cc.Invoke(ctx, path, wrapperspb.String(in), out, opts...)
 	return out.Value, err
 }
 
