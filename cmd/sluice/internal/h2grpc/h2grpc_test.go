@@ -337,3 +337,20 @@ func TestManyConnections(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestShutdownEndsServe: Serve returns ErrServerClosed once Shutdown has
+// ended the server, without the caller closing the listener too (as
+// net/http's Serve does). Why it matters: servegrpc.go closes the listener
+// first, so Serve returns the listener's error before Shutdown begins, and
+// `sluice serve -grpc` logs "grpc serve failed" at every stop.
+func TestShutdownEndsServe(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{})
+	require.NoError(t, f.srv.Shutdown(context.Background()))
+	select {
+	case err := <-f.served:
+		assert.ErrorIs(t, err, h2grpc.ErrServerClosed)
+		f.served <- err
+	case <-time.After(5 * time.Second):
+		t.Error("Serve still accepts after Shutdown")
+	}
+}
