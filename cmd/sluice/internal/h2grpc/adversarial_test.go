@@ -439,7 +439,8 @@ func TestAdmitRelease(t *testing.T) {
 	}, fixtureOpt{})
 	r := fastRaw(t, f) // stream 1: admitted, answered
 	assert.Equal(t, int64(1), admitted.Load())
-	assert.Equal(t, int64(1), released.Load())
+	// Release comes after the answer is written: wait for it.
+	require.Eventually(t, func() bool { return released.Load() == 1 }, 10*time.Second, time.Millisecond)
 
 	refuse.Store(true)
 	r.unaryCall(3, echoPath, "refused")
@@ -471,8 +472,11 @@ func TestAdmitRelease(t *testing.T) {
 	require.Eventually(t, func() bool { return released.Load() == 6 }, 10*time.Second, time.Millisecond)
 	r.unaryCall(9, echoPath, "after")
 	require.Equal(t, 0, r.ended(9).status())
-	assert.Equal(t, admitted.Load(), released.Load())
-	assert.Equal(t, int64(7), released.Load())
+	// Release comes after the answer is written: wait for it.
+	require.Eventually(t, func() bool { return released.Load() == 7 }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(7), admitted.Load())
+	require.NoError(t, f.srv.Shutdown(context.Background()))
+	assert.Equal(t, int64(7), released.Load(), "no Release twice")
 }
 
 // --- a client that does not read ---

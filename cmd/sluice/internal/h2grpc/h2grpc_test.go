@@ -293,15 +293,16 @@ func TestShutdown(t *testing.T) {
 	require.NoError(t, <-shut)
 
 	// A connection after Shutdown is closed at once.
-	c, err := net.Dial("tcp", f.addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
-	got, _ := io.ReadAll(c) // EOF or a reset: either way nothing sent
-	assert.Empty(t, got)
+	// A connection after Shutdown is refused, or closed at once.
+	if c, err := net.Dial("tcp", f.addr); err == nil {
+		defer c.Close()
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		got, _ := io.ReadAll(c) // EOF or a reset: either way nothing sent
+		assert.Empty(t, got)
+	}
 
-	require.NoError(t, f.ln.Close())
-	err = <-f.served
+	f.ln.Close() // an error if Shutdown closed it already
+	err := <-f.served
 	assert.ErrorIs(t, err, h2grpc.ErrServerClosed)
 	f.served <- err // for the cleanup
 }
