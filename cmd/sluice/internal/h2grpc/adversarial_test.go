@@ -100,6 +100,27 @@ func TestConnWindowUpdateFlushed(t *testing.T) {
 	}
 }
 
+// TestWindowGivenBackOnReceipt: the server gives receive window back as
+// DATA arrives (a stream's at half its window, the connection's at a
+// quarter), not as handlers take it, so a client sending far past the first
+// windows without waiting, in frames of at most 16384 bytes, never overruns
+// them: no FLOW_CONTROL_ERROR can be provoked that way. (A bigger frame can:
+// see TestOversizedFrame.) Requests stay bounded by MaxRequestBytes and
+// MaxStreams.
+func TestWindowGivenBackOnReceipt(t *testing.T) {
+	f := start(t, h2grpc.Config{ConnWindow: 65535, StreamWindow: 65535, MaxRequestBytes: 1 << 20}, fixtureOpt{})
+	r := fastRaw(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 30})
+	require.NoError(t, r.fr.WriteWindowUpdate(0, 1<<30))
+	v := strings.Repeat("w", 300000) // 4.6 times both windows, sent without reading
+	r.open(3, echoPath, false)
+	r.send(3, msg(v), true)
+	s := r.ended(3)
+	assert.Nil(t, s.rst)
+	assert.Equal(t, 0, s.status())
+	assert.Equal(t, msg(v), s.data)
+	assert.Nil(t, r.goAway)
+}
+
 // --- protocol errors: GOAWAY, then close ---
 
 func TestProtocolErrors(t *testing.T) {
