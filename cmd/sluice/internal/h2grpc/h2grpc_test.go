@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -354,4 +355,28 @@ func TestShutdownEndsServe(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("Serve still accepts after Shutdown")
 	}
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), fn)
+}
+
+// TestCloseEndsHandshakes: Close (and Shutdown) end connections still in
+// their TLS handshake at once, as they do connections before their first
+// call, rather than leaving them to RecvTimeout.
+func TestCloseEndsHandshakes(t *testing.T) {
+	f := start(t, h2grpc.Config{RecvTimeout: time.Minute}, fixtureOpt{tls: true})
+	c, err := net.Dial("tcp", f.addr) // and no ClientHello
+	require.NoError(t, err)
+	defer c.Close()
+	const fn = "h2grpc.(*Server).serveAccepted"
+	require.Eventually(t, func() bool { return goroutinesIn(fn) == 1 }, 10*time.Second, time.Millisecond)
+	f.srv.Close()
+	assert.Equal(t, 0, goroutinesIn(fn), "Close returned with a handshake waiting (up to RecvTimeout)")
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, io.EOF, "the server closed the connection")
 }
