@@ -337,6 +337,7 @@ func (c *conn) respondLocked(st *call, out []byte) {
 			continue
 		}
 		_ = c.fr.WriteData(st.id, false, out[:n])
+		c.answered = true // as grpc-go: DATA forgives the pings before it (a client's BDP pings follow DATA)
 		out = out[n:]
 		st.sendWindow -= n
 		c.sendWindow -= n

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -75,8 +74,6 @@ type conn struct {
 	janitor     *time.Timer
 	acks        [][8]byte   // PING acks held back (see ackDelay)
 	ackTimer    *time.Timer // sends acks
-
-	flushing atomic.Int64 // the nanotime a flush started, 0 when none
 }
 
 func newConn(s *Server, nc net.Conn, rc *replayConn) *conn {
@@ -85,9 +82,10 @@ func newConn(s *Server, nc net.Conn, rc *replayConn) *conn {
 	c.windowed.L = &c.mu
 	rc.pending = rc.pending[len(http2.ClientPreface):] // the sniff checked it
 	c.br = bufio.NewReaderSize(rc, 16<<10)
-	c.bw = bufio.NewWriterSize(nc, 16<<10)
+	c.bw = bufio.NewWriterSize(deadlineWriter{nc, s.cfg.RecvTimeout}, 16<<10)
 	c.fr = http2.NewFramer(c.bw, c.br)
 	c.fr.SetReuseFrames()
+	c.fr.SetMaxReadFrameSize(16384) // what we advertise: no client makes us buffer a 16 MiB frame
 	c.fr.MaxHeaderListSize = uint32(s.cfg.MaxRequestBytes)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.ReadMetaHeaders.SetMaxStringLength(s.cfg.MaxRequestBytes)
@@ -95,6 +93,8 @@ func newConn(s *Server, nc net.Conn, rc *replayConn) *conn {
 	if tc, ok := nc.(*tls.Conn); ok {
 		p.AuthInfo = credentials.TLSInfo{State: tc.ConnectionState(),
 			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	} else {
+		p.AuthInfo = insecureInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}} // as grpc-go's
 	}
 	c.ctx = peer.NewContext(context.Background(), p)
 	return c
@@ -153,8 +153,11 @@ func (c *conn) streamError(se http2.StreamError) {
 // client broke the protocol.
 func (c *conn) readFailed(err error) {
 	var ce http2.ConnectionError
-	if errors.As(err, &ce) {
+	switch {
+	case errors.As(err, &ce):
 		c.fail(http2.ErrCode(ce), "")
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		c.fail(http2.ErrCodeFrameSize, "")
 	}
 }
 
@@ -297,23 +300,38 @@ func (c *conn) consumeLocked(n uint32) bool {
 	}
 	if c.recvUnacked += n; c.recvUnacked >= c.s.cfg.ConnWindow/4 {
 		_ = c.fr.WriteWindowUpdate(0, c.recvUnacked)
+		c.flushLocked() // now: no answer may come for a while to carry it
 		c.recvUsed -= int64(c.recvUnacked)
 		c.recvUnacked = 0
 	}
 	return true
 }
 
-// flushLocked writes what is buffered. A flush that blocks (a client that
-// does not read) is found by the janitor, which closes the connection.
+// deadlineWriter bounds each write to the connection by d: a client that
+// does not read holds mu no longer than that, whoever writes (a worker, the
+// reader, the janitor, or bufio by itself mid-answer), and its connection
+// is then closed.
+type deadlineWriter struct {
+	nc net.Conn
+	d  time.Duration
+}
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	if err := w.nc.SetWriteDeadline(time.Now().Add(w.d)); err != nil {
+		return 0, err
+	}
+	return w.nc.Write(p)
+}
+
+// flushLocked writes what is buffered; a write that fails (past its
+// deadline) closes the connection.
 func (c *conn) flushLocked() {
 	if c.bw.Buffered() == 0 || c.closed {
 		return
 	}
-	c.flushing.Store(time.Now().UnixNano())
 	if err := c.bw.Flush(); err != nil {
 		c.closeLocked()
 	}
-	c.flushing.Store(0)
 }
 
 // fail sends GOAWAY with code and closes the connection.
@@ -374,15 +392,9 @@ func (c *conn) closeLocked() {
 }
 
 // sweep is the janitor: it answers streams whose request is late, closes a
-// connection idle for IdleTimeout or stuck in a write for RecvTimeout, and
+// connection idle for IdleTimeout, and
 // wakes answers waiting for a window so that they see their deadlines.
 func (c *conn) sweep() {
-	// A flush stuck on a client that does not read holds mu: closing the
-	// connection under it (without mu) makes the flush fail and let go.
-	if t := c.flushing.Load(); t != 0 && time.Since(time.Unix(0, t)) > c.s.cfg.RecvTimeout {
-		c.nc.Close()
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -32,7 +32,7 @@ func TestUnaryCalls(t *testing.T) {
 	ctx := context.Background()
 	who, err := call(ctx, cc, whoPath, "")
 	require.NoError(t, err)
-	assert.Equal(t, "h2grpc/none", who, "the first call is unary: h2grpc keeps the connection")
+	assert.Equal(t, "h2grpc/insecure", who, "the first call is unary: h2grpc keeps the connection")
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 400)
@@ -191,7 +191,7 @@ func TestHandoffStreamingFirst(t *testing.T) {
 			cc2 := f.client()
 			w, err = call(context.Background(), cc2, whoPath, "")
 			require.NoError(t, err)
-			fast := "h2grpc/none"
+			fast := "h2grpc/insecure"
 			if tlsOn {
 				fast = "h2grpc/tls:TLS 1.3"
 			}
@@ -227,7 +227,7 @@ func TestStreamingOnFastConnection(t *testing.T) {
 	assert.Equal(t, codes.Unimplemented, s.Code())
 	assert.Equal(t, "sluice: "+streamPath+" streams: call it on a connection of its own (this one serves unary calls)", s.Message())
 	err = cc.Invoke(context.Background(), "/nope.Nope/Nothing", wrapperspb.String(""), new(wrapperspb.StringValue))
-	assert.Equal(t, status.New(codes.Unimplemented, "unknown method /nope.Nope/Nothing"), status.Convert(err))
+	assert.Equal(t, status.New(codes.Unimplemented, "unknown service nope.Nope"), status.Convert(err))
 }
 
 // TestHandoffPingFirst: a connection that pings before any call is handed

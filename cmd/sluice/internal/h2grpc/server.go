@@ -279,14 +279,21 @@ func (s *Server) untrack(nc net.Conn) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.beginShutdownLocked()
+	var cs []*conn
 	for nc, c := range s.conns {
 		if c == nil {
 			nc.Close()
 			continue
 		}
-		c.goAway()
+		cs = append(cs, c)
 	}
 	s.mu.Unlock()
+	// Why goroutines, outside s.mu: goAway takes a connection's lock, which
+	// a write to a client that does not read holds for up to RecvTimeout;
+	// Shutdown must still end with ctx, and Close not wait for s.mu.
+	for _, c := range cs {
+		go c.goAway()
+	}
 	ended := make(chan struct{})
 	go func() { s.wg.Wait(); close(ended) }()
 	select {

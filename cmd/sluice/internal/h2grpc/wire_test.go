@@ -138,7 +138,8 @@ func TestContentSubtype(t *testing.T) {
 func TestSettingsFrame(t *testing.T) {
 	s := New(Config{MaxStreams: 7, StreamWindow: 65535}, 0)
 	b := s.settingsFrame()
-	assert.Equal(t, []byte{0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7}, b)
+	// MAX_FRAME_SIZE 16384 first, as grpc-go sends it.
+	assert.Equal(t, []byte{0, 0, 12, 4, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0x40, 0, 0, 3, 0, 0, 0, 7}, b)
 	s = New(Config{MaxStreams: 7, StreamWindow: 1 << 20}, 0)
-	assert.Equal(t, []byte{0, 0, 12, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 7, 0, 4, 0, 0x10, 0, 0}, s.settingsFrame())
+	assert.Equal(t, []byte{0, 0, 18, 4, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0x40, 0, 0, 3, 0, 0, 0, 7, 0, 4, 0, 0x10, 0, 0}, s.settingsFrame())
 }
