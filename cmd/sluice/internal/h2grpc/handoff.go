@@ -79,7 +79,7 @@ func (handedOver) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, e
 }
 
 func (handedOver) Info() credentials.ProtocolInfo {
-	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.2"}
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
 }
 func (h handedOver) Clone() credentials.TransportCredentials { return h }
 func (handedOver) OverrideServerName(string) error           { return nil }
