@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-go/sluice/cmd/sluice/service/rules"
 	"github.com/sluice-go/sluice/internal/decide"
 	"github.com/sluice-go/sluice/internal/limitresponse"
+	"github.com/sluice-go/sluice/internal/selfbound"
 	"github.com/sluice-go/sluice/store"
 )
 
@@ -499,4 +500,12 @@ func (s *Server) getOnly(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("Allow", "GET, HEAD")
 	s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed on %s: use GET", r.Method, r.URL.Path)
 	return false
+}
+
+// DecidesInProcess reports whether the server's store decides in this
+// process (the memory and shm stores): then no call of the server waits on
+// I/O, and a transport may run calls on the goroutine that read them.
+func (s *Server) DecidesInProcess() bool {
+	d, ok := selfbound.Of(s.cfg.Store)
+	return ok && d == 0
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -87,6 +86,7 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 				MaxStreams: b.lim.MaxStreams, RecvTimeout: b.lim.RecvTimeout, MaxRequestBytes: b.lim.MaxRequestBytes,
 				IdleTimeout: b.lim.IdleTimeout, StreamWindow: grpcStreamWindow, ConnWindow: grpcConnWindow,
 				Admit: b.budget.admitCounted, Release: b.budget.releaseCounted, Handoff: handoff.Put, Log: log,
+				Inline: srv.DecidesInProcess(),
 			}, streamWorkersPerP*runtime.GOMAXPROCS(0))
 		}
 		g := grpc.NewServer(append(append(b.options(), grpcFlowControl()...),
@@ -107,7 +107,7 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 		reflection.Register(g)
 		b.learn(g)
 		log.Info("grpc listening", "addr", ln.Addr().String(), "service", "envoy.service.ratelimit.v3.RateLimitService",
-			"tls", tlsMode(certs), "transport", cmp.Or(b.lim.Transport, "sluice"))
+			"tls", tlsMode(certs), "transport", transportName(b.lim.Transport, fast))
 		if ready != nil {
 			ready(ln.Addr())
 		}
@@ -152,6 +152,19 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 			wg.Wait()
 		}, nil
 	}
+}
+
+// transportName is the transport the log line names: grpc-go, or sluice
+// with where its calls run (inline: on the connection's reader, since the
+// store never waits; workers otherwise).
+func transportName(t string, fast *h2grpc.Server) string {
+	switch {
+	case fast == nil:
+		return t
+	case fast.Inline():
+		return "sluice (calls inline)"
+	}
+	return "sluice (calls on workers)"
 }
 
 // registrars registers a service with each of its registrars.

@@ -247,12 +247,19 @@ func (c *conn) requestEndedLocked(st *call) {
 	st.state = running
 	var ctx context.Context
 	ctx, st.cancel = context.WithDeadline(c.ctx, st.deadline)
+	if c.s.cfg.Inline {
+		c.ready = append(c.ready, work{st, ctx}) // run by the reader once it lets go of mu
+		return
+	}
 	c.s.dispatch(st, ctx)
 }
 
 // run answers the call: it decodes the request, calls the handler and
-// writes the answer.
-func (st *call) run(ctx context.Context) {
+// writes the answer. inline says it runs on the connection's reader (see
+// Config.Inline): then an answer the client's windows cannot take at once
+// is left to a goroutine of its own, since only the reader can read the
+// WINDOW_UPDATE it waits for.
+func (st *call) run(ctx context.Context, inline bool) {
 	resp, err := st.m.handler(st.m.impl, ctx, st.decode, nil)
 	var out []byte
 	if err == nil {
@@ -260,6 +267,22 @@ func (st *call) run(ctx context.Context) {
 	}
 	putBuf(st.body)
 	st.body = nil
+	if inline && err == nil {
+		c := st.c
+		c.mu.Lock()
+		short := int64(len(out)) > min(st.sendWindow, c.sendWindow)
+		c.mu.Unlock()
+		if short {
+			go st.answer(out, nil)
+			return
+		}
+	}
+	st.answer(out, err)
+}
+
+// answer writes the handler's answer (out, or err's status) and ends the
+// call.
+func (st *call) answer(out []byte, err error) {
 	c := st.c
 	c.mu.Lock()
 	if err != nil {

@@ -51,6 +51,7 @@ type conn struct {
 	fr  *http2.Framer
 
 	lastID uint32 // the highest stream the client opened
+	ready  []work // calls to run on the reader (Config.Inline), in order
 
 	// mu guards the writing side (bw, the framer's writes) and the state
 	// below. A call's worker takes it to write its answer; the reader to
@@ -125,6 +126,12 @@ func (c *conn) serve() {
 		if !c.frame(f) {
 			return
 		}
+		for i := range c.ready { // Config.Inline's calls
+			w := c.ready[i]
+			c.ready[i] = work{}
+			w.st.run(w.ctx, true)
+		}
+		c.ready = c.ready[:0]
 	}
 }
 

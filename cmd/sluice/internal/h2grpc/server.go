@@ -59,6 +59,12 @@ type Config struct {
 	// RESOURCE_EXHAUSTED. Nil: no budget.
 	Admit   func() bool
 	Release func()
+	// Inline runs each call on its connection's reader, not on a worker:
+	// for handlers that never wait (on I/O, on a lock held long, on other
+	// calls), whose call is then one goroutine wake cheaper; the calls of
+	// one connection then run one after another, and a client's RST_STREAM
+	// is read after its call's handler has returned.
+	Inline bool
 	// Handoff takes a connection this server does not serve, with the
 	// bytes read from it so far replayed (the client's preface first) and
 	// this server's SETTINGS already sent: a frame it answered nothing to.
@@ -152,6 +158,9 @@ func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
 		s.streaming["/"+sd.ServiceName+"/"+m.StreamName] = true
 	}
 }
+
+// Inline reports Config.Inline.
+func (s *Server) Inline() bool { return s.cfg.Inline }
 
 // ErrServerClosed is Serve's answer once Shutdown or Close has begun.
 var ErrServerClosed = errors.New("h2grpc: server closed")
@@ -347,7 +356,7 @@ type work struct {
 // wait, until the server shuts down.
 func (s *Server) worker(w work) {
 	for {
-		w.st.run(w.ctx)
+		w.st.run(w.ctx, false)
 		if s.idle.Add(1) > int32(s.maxIdle) {
 			s.idle.Add(-1)
 			return
