@@ -86,7 +86,7 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 				MaxStreams: b.lim.MaxStreams, RecvTimeout: b.lim.RecvTimeout, MaxRequestBytes: b.lim.MaxRequestBytes,
 				IdleTimeout: b.lim.IdleTimeout, StreamWindow: grpcStreamWindow, ConnWindow: grpcConnWindow,
 				Admit: b.budget.admitCounted, Release: b.budget.releaseCounted, Handoff: handoff.Put, Log: log,
-				Inline: srv.DecidesInProcess(),
+				Inline: srv.DecidesInProcess(), InlineAlone: true,
 			}, streamWorkersPerP*runtime.GOMAXPROCS(0))
 		}
 		g := grpc.NewServer(append(append(b.options(), grpcFlowControl()...),
@@ -156,7 +156,7 @@ func WithGRPCLimits(addr string, lim GRPCLimits, ready func(net.Addr)) ServeExtr
 
 // transportName is the transport the log line names: grpc-go, or sluice
 // with where its calls run (inline: on the connection's reader, since the
-// store never waits; workers otherwise).
+// store never waits; otherwise only a call alone on its connection).
 func transportName(t string, fast *h2grpc.Server) string {
 	switch {
 	case fast == nil:
@@ -164,7 +164,7 @@ func transportName(t string, fast *h2grpc.Server) string {
 	case fast.Inline():
 		return "sluice (calls inline)"
 	}
-	return "sluice (calls on workers)"
+	return "sluice (a call alone on its connection inline, others on workers)"
 }
 
 // registrars registers a service with each of its registrars.

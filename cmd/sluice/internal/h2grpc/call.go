@@ -247,7 +247,7 @@ func (c *conn) requestEndedLocked(st *call) {
 	st.state = running
 	var ctx context.Context
 	ctx, st.cancel = context.WithDeadline(c.ctx, st.deadline)
-	if c.s.cfg.Inline {
+	if c.s.cfg.Inline || c.s.cfg.InlineAlone && c.open == 1 && c.br.Buffered() == 0 {
 		c.ready = append(c.ready, work{st, ctx}) // run by the reader once it lets go of mu
 		return
 	}

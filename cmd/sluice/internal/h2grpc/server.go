@@ -65,6 +65,14 @@ type Config struct {
 	// one connection then run one after another, and a client's RST_STREAM
 	// is read after its call's handler has returned.
 	Inline bool
+	// InlineAlone runs a call on its connection's reader when it is the
+	// connection's only open stream and nothing more has been read: a
+	// client with one call in flight at a time then costs a goroutine
+	// wake less per call, for handlers that may wait (on a store across
+	// the network). A call that arrives on the connection while one runs
+	// so waits for it to end, after which calls that find others run on
+	// workers.
+	InlineAlone bool
 	// Handoff takes a connection this server does not serve, with the
 	// bytes read from it so far replayed (the client's preface first) and
 	// this server's SETTINGS already sent: a frame it answered nothing to.
