@@ -72,6 +72,7 @@ type conn struct {
 	lastPing    time.Time
 	strikes     int
 	answered    bool // an answer was written since the last ping
+	batching    bool // the reader runs calls whose answers it flushes at the end (runReady)
 	janitor     *time.Timer
 	acks        [][8]byte   // PING acks held back (see ackDelay)
 	ackTimer    *time.Timer // sends acks
@@ -111,6 +112,7 @@ func (c *conn) serve() {
 	c.flushLocked()
 	c.janitor = time.AfterFunc(c.tick(), c.sweep)
 	c.mu.Unlock()
+	defer c.dropReady() // after close: deferred calls run last first
 	defer c.close()
 	for {
 		f, err := c.fr.ReadFrame()
@@ -126,13 +128,43 @@ func (c *conn) serve() {
 		if !c.frame(f) {
 			return
 		}
-		for i := range c.ready { // Config.Inline's calls
-			w := c.ready[i]
-			c.ready[i] = work{}
-			w.st.run(w.ctx, true)
+		// Config.Inline's calls run once nothing more is read (or 16 wait),
+		// their answers written together: the calls of one read, one write.
+		if len(c.ready) > 0 && (c.br.Buffered() == 0 || len(c.ready) >= 16) {
+			c.runReady()
 		}
-		c.ready = c.ready[:0]
 	}
+}
+
+// runReady runs the calls on the reader (Config.Inline), their answers
+// held in the write buffer until the last is written.
+func (c *conn) runReady() {
+	c.mu.Lock()
+	c.batching = len(c.ready) > 1
+	c.mu.Unlock()
+	for i := range c.ready {
+		w := c.ready[i]
+		c.ready[i] = work{}
+		w.st.run(w.ctx, true)
+	}
+	c.ready = c.ready[:0]
+	c.mu.Lock()
+	if c.batching {
+		c.batching = false
+		c.flushLocked()
+	}
+	c.mu.Unlock()
+}
+
+// dropReady ends the calls left to run when the connection ended, giving
+// back their places (Config.Release).
+func (c *conn) dropReady() {
+	for _, w := range c.ready {
+		putBuf(w.st.body)
+		w.st.body = nil
+		w.st.answer(nil, context.Canceled)
+	}
+	c.ready = nil
 }
 
 // tick is how often the janitor looks for late streams and idleness.
@@ -333,7 +365,7 @@ func (w deadlineWriter) Write(p []byte) (int, error) {
 // flushLocked writes what is buffered; a write that fails (past its
 // deadline) closes the connection.
 func (c *conn) flushLocked() {
-	if c.bw.Buffered() == 0 || c.closed {
+	if c.bw.Buffered() == 0 || c.closed || c.batching {
 		return
 	}
 	if err := c.bw.Flush(); err != nil {
