@@ -36,8 +36,15 @@ const shouldRateLimitPath = "/envoy.service.ratelimit.v3.RateLimitService/Should
 // the bounds lim until t ends, and returns the port's address.
 func startGRPCLimits(t *testing.T, lim cli.GRPCLimits) string {
 	t.Helper()
-	c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 1000, Burst: 1000},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return startGRPCConfig(t, service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 1000, Burst: 1000}}, lim)
+}
+
+// startGRPCConfig runs a server of c (its Logger discarding, its store
+// closed at the end) whose gRPC port has the bounds lim until t ends, and
+// returns the port's address.
+func startGRPCConfig(t *testing.T, c service.Config, lim cli.GRPCLimits) string {
+	t.Helper()
+	c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	t.Cleanup(func() { c.Store.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)

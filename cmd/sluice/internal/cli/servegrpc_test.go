@@ -154,18 +154,9 @@ func startGRPC(t *testing.T, c service.Config) rlsv3.RateLimitServiceClient {
 // answers the same on the Sluice transport as on grpc-go.
 func TestGRPCLeasesOnBothTransports(t *testing.T) {
 	renew := func(transport string) string {
-		c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10},
-			Leases: &service.LeaseConfig{NoLearning: true}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-		t.Cleanup(func() { c.Store.Close() })
-		ctx, cancel := context.WithCancel(context.Background())
-		addr := make(chan string, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
-				cli.WithGRPCLimits("127.0.0.1:0", cli.GRPCLimits{Transport: transport}, func(a net.Addr) { addr <- a.String() }))
-		}()
-		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-		cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		addr := startGRPCConfig(t, service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10},
+			Leases: &service.LeaseConfig{NoLearning: true}}, cli.GRPCLimits{Transport: transport})
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		t.Cleanup(func() { cc.Close() })
 		resp, err := leasegrpc.Transport(cc).Renew(context.Background(), &lease.Request{Holder: "h1",
@@ -188,18 +179,9 @@ func TestGRPCTransportsAnswerAlike(t *testing.T) {
 	rc, err := rules.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n"))
 	require.NoError(t, err)
 	outcomes := func(transport string) []string {
-		c := service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10}, Rules: rc,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-		t.Cleanup(func() { c.Store.Close() })
-		ctx, cancel := context.WithCancel(context.Background())
-		addr := make(chan string, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- cli.RunServer(ctx, c, "127.0.0.1:0", c.Logger, nil,
-				cli.WithGRPCLimits("127.0.0.1:0", cli.GRPCLimits{Transport: transport}, func(a net.Addr) { addr <- a.String() }))
-		}()
-		t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-		cc, err := grpc.NewClient(<-addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		addr := startGRPCConfig(t, service.Config{Store: store.NewMemory(), Default: store.Policy{Rate: 10, Burst: 10}, Rules: rc},
+			cli.GRPCLimits{Transport: transport})
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		t.Cleanup(func() { cc.Close() })
 		client := rlsv3.NewRateLimitServiceClient(cc)
