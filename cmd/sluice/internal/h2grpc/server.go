@@ -207,17 +207,13 @@ func (s *Server) Serve(ln net.Listener, tlsConfig *tls.Config) error {
 			return err
 		}
 		backoff = 0
-		go s.serveAccepted(nc, tlsConfig)
+		go s.serve(nc, tlsConfig)
 	}
 }
 
 func isTemporary(err error) bool {
 	t, ok := err.(interface{ Temporary() bool })
 	return ok && t.Temporary()
-}
-
-func (s *Server) serveAccepted(nc net.Conn, tlsConfig *tls.Config) {
-	s.serve(nc, tlsConfig)
 }
 
 // ServeConn serves one connection (after its TLS handshake, if any: a
