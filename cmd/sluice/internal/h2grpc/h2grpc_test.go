@@ -372,7 +372,7 @@ func TestCloseEndsHandshakes(t *testing.T) {
 	c, err := net.Dial("tcp", f.addr) // and no ClientHello
 	require.NoError(t, err)
 	defer c.Close()
-	const fn = "h2grpc.(*Server).serveAccepted"
+	const fn = "h2grpc.(*Server).serve("
 	require.Eventually(t, func() bool { return goroutinesIn(fn) == 1 }, 10*time.Second, time.Millisecond)
 	f.srv.Close()
 	assert.Equal(t, 0, goroutinesIn(fn), "Close returned with a handshake waiting (up to RecvTimeout)")
