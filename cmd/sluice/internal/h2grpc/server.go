@@ -92,6 +92,7 @@ type Server struct {
 	services  map[string]bool // by name, "pkg.Service"
 	work      chan work       // idle workers wait here
 	maxIdle   int             // workers kept waiting for work
+	settings  []byte          // the SETTINGS frame each connection is sent first
 	idle      atomic.Int32    // workers waiting on work
 
 	mu       sync.Mutex
@@ -149,9 +150,11 @@ func New(cfg Config, workers int) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Server{cfg: cfg, methods: map[string]method{}, streaming: map[string]bool{},
+	s := &Server{cfg: cfg, methods: map[string]method{}, streaming: map[string]bool{},
 		services: map[string]bool{},
 		work:     make(chan work), maxIdle: workers, conns: map[net.Conn]*conn{}, done: make(chan struct{})}
+	s.settings = s.settingsFrame()
+	return s
 }
 
 // RegisterService serves sd's unary methods with impl; its streaming

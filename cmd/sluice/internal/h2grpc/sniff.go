@@ -34,7 +34,7 @@ const sniffLimit = 64 << 10
 // answer. A connection that sends no call within IdleTimeout is closed, as
 // an idle one would be.
 func (s *Server) sniff(nc net.Conn) (*replayConn, bool) {
-	if _, err := nc.Write(s.settingsFrame()); err != nil {
+	if _, err := nc.Write(s.settings); err != nil {
 		return nil, false
 	}
 	rec := &recorder{r: nc}
@@ -166,6 +166,3 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
-
-// NetConn is the connection under c, as tls.Conn's NetConn.
-func (c *replayConn) NetConn() net.Conn { return c.Conn }
