@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/cli"
@@ -79,56 +80,122 @@ func (g *gate) Allow(ctx context.Context, key string, cost int64, p store.Policy
 
 // TestGRPCConcurrentCallsReuseGoroutines: calls in flight together, more
 // of them than cores, each waiting on the store (as on Redis), still run
-// on kept goroutines: WithGRPC keeps a stream worker per call in flight,
-// not per core.
+// on kept goroutines, on either transport: grpc-go's stream workers, a
+// worker per call in flight rather than per core, and the Sluice
+// transport's kept workers.
+//
+// Why the Sluice transport's calls are sent by hand: it runs a call alone
+// on its connection on the connection's reader, which reads nothing more
+// until the call returns, so a store that holds every call until all have
+// arrived (this test's gate) would hold the first for ever whenever a
+// client sent it before the others. Here every round opens its streams
+// first (HEADERS, no message), then sends their messages, so each call
+// finds the others open and goes to a worker.
 func TestGRPCConcurrentCallsReuseGoroutines(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // workers are sized when the server starts
-	rc, err := rules.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
-	require.NoError(t, err)
-	g := &gate{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
-	c := service.Config{Store: g, Default: store.Policy{Rate: 1000, Burst: 1000}, Rules: rc,
-		StoreTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	t.Cleanup(func() { g.Close() })
-	client := startGRPC(t, c)
-	// Callers started up front, so that the goroutines counted below are
-	// the server's.
 	const inFlight, rounds = 32, 10
-	start, answered := make(chan struct{}), make(chan error)
-	var wg sync.WaitGroup
-	for i := range inFlight {
+	start := func(t *testing.T, transport string) (*gate, string) {
+		rc, err := rules.Parse("rules.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000}\n"))
+		require.NoError(t, err)
+		g := &gate{Store: store.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
+		c := service.Config{Store: g, Default: store.Policy{Rate: 1000, Burst: 1000}, Rules: rc, StoreTimeout: time.Minute}
+		return g, startGRPCConfig(t, c, cli.GRPCLimits{Transport: transport})
+	}
+	request := func(i int) *rlsv3.RateLimitRequest {
 		// A key each: the service may serve one key's calls together.
-		req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		return &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "k", Value: strconv.Itoa(i)}}}}}
-		wg.Go(func() {
-			for range start {
-				_, err := client.ShouldRateLimit(context.Background(), req) // Background: no goroutine watches it
-				answered <- err
+	}
+	// gated runs round (which starts inFlight calls and returns a function
+	// that waits for their answers) with every call in a handler at once,
+	// once to set up the connection and grow the workers' stacks, then
+	// rounds times, counting the goroutines started meanwhile.
+	gated := func(t *testing.T, g *gate, round func() (answered func())) uint64 {
+		run := func() {
+			answered := round()
+			for range inFlight { // every call in a handler at once
+				<-g.entered
+			}
+			for range inFlight {
+				g.release <- struct{}{}
+			}
+			answered()
+		}
+		run()
+		before := goroutinesCreated()
+		for range rounds {
+			run()
+		}
+		return goroutinesCreated() - before
+	}
+
+	t.Run("grpc-go", func(t *testing.T) {
+		g, addr := start(t, "grpc-go")
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { cc.Close() })
+		client := rlsv3.NewRateLimitServiceClient(cc)
+		// Callers started up front, so that the goroutines counted are the
+		// server's.
+		begin, answers := make(chan struct{}), make(chan error)
+		var wg sync.WaitGroup
+		for i := range inFlight {
+			req := request(i)
+			wg.Go(func() {
+				for range begin {
+					_, err := client.ShouldRateLimit(context.Background(), req) // Background: no goroutine watches it
+					answers <- err
+				}
+			})
+		}
+		defer func() { close(begin); wg.Wait() }()
+		started := gated(t, g, func() func() {
+			for range inFlight {
+				begin <- struct{}{}
+			}
+			return func() {
+				for range inFlight {
+					require.NoError(t, <-answers)
+				}
 			}
 		})
-	}
-	defer func() { close(start); wg.Wait() }()
-	round := func() {
-		for range inFlight {
-			start <- struct{}{}
+		// Without a worker free, each call starts one; a few may start for
+		// other reasons (the runtime's, the transport's).
+		assert.Less(t, started, uint64(inFlight*rounds/4))
+	})
+
+	t.Run("sluice", func(t *testing.T) {
+		g, addr := start(t, "sluice")
+		h := dialH2(t, addr)
+		msgs := make([][]byte, inFlight)
+		for i := range msgs {
+			b, err := proto.Marshal(request(i))
+			require.NoError(t, err)
+			msgs[i] = append([]byte{0, 0, 0, 0, byte(len(b))}, b...) // a gRPC message under 256 bytes
 		}
-		for range inFlight { // every call in a handler at once
-			<-g.entered
-		}
-		for range inFlight {
-			g.release <- struct{}{}
-		}
-		for range inFlight {
-			require.NoError(t, <-answered)
-		}
-	}
-	round() // the connection is set up, the workers' stacks grown
-	before := goroutinesCreated()
-	for range rounds {
-		round()
-	}
-	// Without a worker free, each call starts one; a few may start for
-	// other reasons (the runtime's, the transport's).
-	assert.Less(t, goroutinesCreated()-before, uint64(inFlight*rounds/4))
+		id := uint32(1)
+		started := gated(t, g, func() func() {
+			first := id
+			for range inFlight {
+				h.open(id, shouldRateLimitPath)
+				id += 2
+			}
+			for i := range inFlight {
+				require.NoError(t, h.fr.WriteData(first+2*uint32(i), true, msgs[i]))
+			}
+			return func() {
+				ids := make([]uint32, inFlight)
+				for i := range ids {
+					ids[i] = first + 2*uint32(i)
+				}
+				h.waitEnded(ids...)
+				for _, i := range ids {
+					assert.Equal(t, "0", h.ended[i].grpcStatus, "stream %d", i)
+				}
+			}
+		})
+		assert.Less(t, started, uint64(inFlight*rounds/4))
+	})
 }
 
 // startGRPC runs a server of c with the gRPC API on loopback until t ends
