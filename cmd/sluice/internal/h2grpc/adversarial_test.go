@@ -1,14 +1,17 @@
 package h2grpc_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -640,4 +643,72 @@ func TestShutdownHonoursCtx(t *testing.T) {
 	default:
 		t.Error("Close left the stuck connection open")
 	}
+}
+
+// --- a connection ended by a failed write ---
+
+// brokenConn is a server's connection whose writes fail once it is broken
+// (as they do when the client has gone: EPIPE), and whose next read after
+// expect(n) returns n bytes at least, so that frames the client sent in one
+// write are read together, as they usually are.
+type brokenConn struct {
+	net.Conn
+	broken atomic.Bool
+	want   atomic.Int64
+}
+
+func (c *brokenConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if want := int(c.want.Swap(0)); err == nil && n < want && want <= len(p) {
+		var m int
+		m, err = io.ReadAtLeast(c.Conn, p[n:], want-n)
+		n += m
+	}
+	return n, err
+}
+
+func (c *brokenConn) Write(p []byte) (int, error) {
+	if c.broken.Load() {
+		return 0, syscall.EPIPE
+	}
+	return c.Conn.Write(p)
+}
+
+// TestNoStreamsAfterFailedWrite: once a write has failed and the
+// connection is closed, the frames read with the one whose answer failed
+// open no streams: no place is taken in the server-wide budget (Admit)
+// that no Release gives back, and no handler runs for a client that is
+// gone.
+func TestNoStreamsAfterFailedWrite(t *testing.T) {
+	var admitted, released atomic.Int64
+	conns := make(chan *brokenConn, 1)
+	f := start(t, h2grpc.Config{
+		Admit:   func() bool { admitted.Add(1); return true },
+		Release: func() { released.Add(1) },
+	}, fixtureOpt{wrap: func(c net.Conn) net.Conn { b := &brokenConn{Conn: c}; conns <- b; return b }})
+	r := fastRaw(t, f)
+	bc := <-conns
+	r.sync() // no ack held back: the next write is the SETTINGS ack below
+	require.Eventually(t, func() bool { return released.Load() == 1 }, 10*time.Second, time.Millisecond)
+	calls := f.svc.echoCalls.Load()
+
+	// One write: SETTINGS (whose ack fails), a call's headers, a whole call.
+	var out bytes.Buffer
+	fr := http2.NewFramer(&out, nil)
+	require.NoError(t, fr.WriteSettings())
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(echoPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: r.block(echoPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteData(5, true, msg("gone")))
+	bc.want.Store(int64(out.Len()))
+	bc.broken.Store(true)
+	_, err := r.c.Write(out.Bytes())
+	require.NoError(t, err)
+	r.closed()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, f.srv.Shutdown(ctx)) // the connection's reader has returned
+	f.srv.Close()                           // and the workers have stopped waiting
+	assert.Equal(t, calls, f.svc.echoCalls.Load(), "a handler ran for a connection already closed")
+	assert.Equal(t, admitted.Load(), released.Load(), "admitted %d, released %d", admitted.Load(), released.Load())
 }

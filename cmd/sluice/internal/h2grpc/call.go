@@ -62,6 +62,12 @@ func putBuf(b []byte) {
 func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		// A write failed (or the janitor ended the connection) while the
+		// reader still had frames read: they open no stream, since nothing
+		// would end it (closeLocked has run) to give its place back.
+		return false
+	}
 	id := f.StreamID
 	if id%2 == 0 {
 		c.failLocked(http2.ErrCodeProtocol, "even stream id")
