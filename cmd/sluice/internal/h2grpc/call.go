@@ -308,15 +308,25 @@ func (st *call) answer(out []byte, err error) {
 	}
 }
 
+// decode is the handler's decoder of the request. Its error is INTERNAL, as
+// grpc-go's (a handler returns it as it is: left alone, it would be
+// answered UNKNOWN).
 func (st *call) decode(v any) error {
 	msg := st.body[5:]
-	if st.codec == nil {
-		if m, ok := v.(proto.Message); ok {
-			return proto.Unmarshal(msg, m)
+	var err error
+	if m, ok := v.(proto.Message); ok && st.codec == nil {
+		err = proto.Unmarshal(msg, m)
+	} else {
+		codec := st.codec
+		if codec == nil {
+			codec = encoding.GetCodecV2("proto")
 		}
-		st.codec = encoding.GetCodecV2("proto")
+		err = codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v)
 	}
-	return st.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v)
+	if err != nil {
+		return status.Errorf(codeInternal, "grpc: failed to unmarshal the received message: %v", err)
+	}
+	return nil
 }
 
 // encode is the answer's message with its 5-byte prefix.

@@ -1,0 +1,79 @@
+package h2grpc_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
+)
+
+// oddCall is a request a well-behaved client does not send: its header
+// fields (all of them) and its body (nil: none, END_STREAM on the
+// HEADERS).
+type oddCall struct {
+	name   string
+	fields []hpack.HeaderField
+	body   []byte
+}
+
+// callFields are a call's header fields: a POST of path with ctype ("": no
+// content-type), then extra.
+func callFields(path, ctype string, extra ...hpack.HeaderField) []hpack.HeaderField {
+	fs := []hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: path}, {Name: ":authority", Value: "sluice"}}
+	if ctype != "" {
+		fs = append(fs, hpack.HeaderField{Name: "content-type", Value: ctype})
+	}
+	return append(fs, extra...)
+}
+
+// send sends c on stream id.
+func (r *raw) sendOdd(id uint32, c oddCall) {
+	r.t.Helper()
+	r.hbuf.Reset()
+	for _, f := range c.fields {
+		require.NoError(r.t, r.enc.WriteField(f))
+	}
+	require.NoError(r.t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: r.hbuf.Bytes(),
+		EndHeaders: true, EndStream: c.body == nil}))
+	if c.body != nil {
+		r.send(id, c.body, true)
+	}
+}
+
+// TestAnswersAsGRPCGo: requests a client gets wrong are answered by h2grpc
+// as grpc-go answers them (status, message, :status, content-type), each
+// sent to both: to h2grpc on a connection it keeps, to grpc-go on one
+// handed over (its first call streams).
+func TestAnswersAsGRPCGo(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{handoff: true})
+	fast := fastRaw(t, f)
+	slow := dialRaw(t, f.addr)
+	slow.open(1, streamPath, false) // grpc-go's from here on
+	for _, tc := range []oddCall{
+		{"a message that does not decode", callFields(echoPath, "application/grpc"), frameMsg([]byte{0xff, 0xff, 0xff})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := uint32(len(fast.streams))*2 + 1
+			fast.sendOdd(id, tc)
+			got := fast.ended(id)
+			sid := uint32(len(slow.streams))*2 + 3
+			slow.sendOdd(sid, tc)
+			want := slow.ended(sid)
+			require.NotNil(t, want.trailers, "grpc-go's answer: %v", slow.describe())
+			require.NotNil(t, got.trailers, "h2grpc's answer: %v", fast.describe())
+			assert.Equal(t, answerOf(want), answerOf(got))
+		})
+	}
+}
+
+// answerOf is what a client sees of an answer: its :status and
+// content-type, its message, its grpc-status and grpc-message.
+func answerOf(s *rawStream) [5]string {
+	return [5]string{s.headers[":status"], s.headers["content-type"], string(s.data),
+		s.trailers["grpc-status"], s.trailers["grpc-message"]}
+}
