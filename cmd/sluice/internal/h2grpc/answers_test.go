@@ -1,6 +1,7 @@
 package h2grpc_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -54,8 +55,35 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 	fast := fastRaw(t, f)
 	slow := dialRaw(t, f.addr)
 	slow.open(1, streamPath, false) // grpc-go's from here on
+	get := callFields(echoPath, "application/grpc")
+	get[0].Value = "GET"
+	noAuthority := callFields(echoPath, "application/grpc")
+	noAuthority = append(noAuthority[:3], noAuthority[4:]...)
+	hostOnly := append(slices.Clone(noAuthority), hpack.HeaderField{Name: "host", Value: "sluice"})
 	for _, tc := range []oddCall{
 		{"a message that does not decode", callFields(echoPath, "application/grpc"), frameMsg([]byte{0xff, 0xff, 0xff})},
+		{"no content-type", callFields(echoPath, ""), msg("x")},
+		{"content-type not gRPC's", callFields(echoPath, "text/plain"), msg("x")},
+		{"content-type application/grpcx", callFields(echoPath, "application/grpcx"), msg("x")},
+		{"content subtype proto", callFields(echoPath, "application/grpc+proto"), msg("x")},
+		{"an unknown content subtype", callFields(echoPath, "application/grpc+xyz"), msg("x")},
+		{"a content-type with parameters", callFields(echoPath, "application/grpc;charset=utf-8"), msg("x")},
+		{"GET", get, msg("x")},
+		{"no :authority", noAuthority, msg("x")},
+		{"host, no :authority", hostOnly, msg("x")},
+		{"an unknown compressor", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "snappy"}), msg("x")},
+		{"identity encoding", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "identity"}), msg("x")},
+		{"empty encoding", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: ""}), msg("x")},
+		{"a grpc-timeout unit unknown", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-timeout", Value: "5x"}), msg("x")},
+		{"a grpc-timeout signed", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-timeout", Value: "+5S"}), msg("x")},
+		{"a grpc-timeout too long", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-timeout", Value: "123456789S"}), msg("x")},
+		{"a grpc-timeout of 0", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-timeout", Value: "0S"}), msg("x")},
+		{"a path without a slash", callFields("nope", "application/grpc"), msg("x")},
+		{"a path with a slash too many", callFields("/"+svcName+"/Echo/x", "application/grpc"), msg("x")},
+		{"an unknown service", callFields("/nope.Nope/Echo", "application/grpc"), msg("x")},
+		{"an unknown method", callFields("/"+svcName+"/Nope", "application/grpc"), msg("x")},
+		{"an unknown method and compressor", callFields("/"+svcName+"/Nope", "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "snappy"}), msg("x")},
+		{"GET without content-type", append(slices.Clone(get[:4]), get[5:]...), msg("x")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := uint32(len(fast.streams))*2 + 1

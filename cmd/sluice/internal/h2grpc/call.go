@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,7 +45,8 @@ type call struct {
 	recvUnacked uint32
 	sendWindow  int64
 	cancel      context.CancelFunc
-	admitted    bool // holds a place in the server-wide budget (Config.Admit)
+	admitted    bool   // holds a place in the server-wide budget (Config.Admit)
+	httpStatus  uint16 // the :status of an answer without message; 0: 200
 }
 
 // bodies keeps request and answer buffers between calls.
@@ -111,60 +113,98 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 }
 
 // parse reads a call's header fields; a code other than codeOK is the
-// answer to give at once.
+// answer to give at once (with st.httpStatus, when not 200). Its checks,
+// their order and their answers are grpc-go's, so that a client cannot
+// tell the two servers apart by a request they refuse.
 func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	st.ctype, st.headers = ctypeProto, headersProto
-	if f.PseudoValue("method") != "POST" {
-		return codeUnimplemented, "grpc: method must be POST"
-	}
-	path := f.PseudoValue("path")
+	var (
+		isGRPC    bool
+		ctype     string // the last content-type, when not gRPC's
+		enc       string // grpc-encoding
+		timeout   string // a malformed grpc-timeout's error
+		expired   bool   // a grpc-timeout of 0
+		authority = f.PseudoValue("authority") != ""
+	)
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
 			sub, ok := contentSubtype(hf.Value)
 			if !ok {
-				return codeInternal, fmt.Sprintf("grpc: unsupported content-type %q", hf.Value)
+				ctype = hf.Value
+				break
 			}
-			if sub != "" && sub != "proto" {
+			isGRPC = true
+			switch sub {
+			case "":
+			case "proto":
+				st.ctype, st.headers = ctypeProtoSub, headersProtoSub
+			default:
+				// A subtype without a codec is read as protobuf, as
+				// grpc-go does (logging that it will not always).
 				st.codec = codecFor(sub)
-				if st.codec == nil {
-					return codeInternal, fmt.Sprintf("grpc: no codec registered for content-subtype %s", sub)
-				}
 				st.ctype = encodeContentType("application/grpc+" + sub)
 				st.headers = append([]byte{status200}, st.ctype...)
 			}
+		case "grpc-encoding":
+			enc = hf.Value
 		case "grpc-timeout":
-			d, ok := parseTimeout(hf.Value)
-			if !ok {
-				return codeInternal, fmt.Sprintf("grpc: malformed grpc-timeout %q", hf.Value)
+			d, err := parseTimeout(hf.Value)
+			if err != nil {
+				timeout = "malformed grpc-timeout: " + err.Error()
+				break
 			}
+			expired = d <= 0
 			if dl := time.Now().Add(d); dl.Before(st.deadline) {
 				st.deadline = dl
 			}
-		case "grpc-encoding":
-			if hf.Value != "identity" {
-				return codeUnimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", hf.Value)
-			}
+		case "host":
+			authority = true
 		}
 	}
+	switch method := f.PseudoValue("method"); {
+	case !isGRPC:
+		st.httpStatus = 415
+		return codeInvalidArgument, fmt.Sprintf("invalid gRPC request content-type %q", ctype)
+	case timeout != "":
+		st.httpStatus = 400
+		return codeInternal, timeout
+	case !authority:
+		st.httpStatus = 400
+		return codeInternal, "no host or :authority header present"
+	case method != "POST":
+		st.httpStatus = 405
+		return codeInternal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", method)
+	case expired:
+		return codeDeadlineExceeded, context.DeadlineExceeded.Error()
+	}
+	path := f.PseudoValue("path")
 	m, ok := st.c.s.methods[path]
-	switch {
-	case ok:
-		st.m = m
-		return codeOK, ""
-	case st.c.s.streaming[path]:
-		return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
+	if !ok {
+		if st.c.s.streaming[path] {
+			return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
+		}
+		// As grpc-go words it.
+		sm, found := strings.CutPrefix(path, "/")
+		pos := strings.LastIndex(sm, "/")
+		if !found || pos < 0 {
+			return codeUnimplemented, fmt.Sprintf("malformed method name: %q", path)
+		}
+		svc := sm[:pos]
+		if !st.c.s.services[svc] {
+			return codeUnimplemented, fmt.Sprintf("unknown service %v", svc)
+		}
+		return codeUnimplemented, fmt.Sprintf("unknown method %v for service %v", sm[pos+1:], svc)
 	}
-	// As grpc-go words it.
-	svc, name, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !st.c.s.services[svc] {
-		return codeUnimplemented, fmt.Sprintf("unknown service %v", svc)
+	if enc != "" && enc != "identity" {
+		return codeUnimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", enc)
 	}
-	return codeUnimplemented, fmt.Sprintf("unknown method %v for service %v", name, svc)
+	st.m = m
+	return codeOK, ""
 }
 
-// contentSubtype is the part of a gRPC content type after "+" ("" for
-// application/grpc alone).
+// contentSubtype is the part of a gRPC content type after "+" or ";" (""
+// for application/grpc alone), as grpc-go reads it, lower-cased.
 func contentSubtype(ct string) (string, bool) {
 	rest, ok := strings.CutPrefix(ct, "application/grpc")
 	if !ok {
@@ -173,10 +213,8 @@ func contentSubtype(ct string) (string, bool) {
 	switch {
 	case rest == "":
 		return "", true
-	case rest[0] == '+':
+	case rest[0] == '+' || rest[0] == ';':
 		return strings.ToLower(rest[1:]), true
-	case rest[0] == ';':
-		return "", true
 	}
 	return "", false
 }
@@ -394,7 +432,12 @@ func (c *conn) answerLocked(st *call, code int, msg string) {
 	if st.answered || st.reset || c.closed {
 		return
 	}
-	block := append([]byte{status200}, st.ctype...)
+	var block []byte
+	if st.httpStatus == 0 {
+		block = append([]byte{status200}, st.ctype...)
+	} else {
+		block = append(appendField(nil, ":status", strconv.Itoa(int(st.httpStatus))), st.ctype...)
+	}
 	block = appendStatus(block, code, msg)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: block, EndHeaders: true, EndStream: true})
 	st.answered = true
