@@ -83,6 +83,11 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 		{"an unknown service", callFields("/nope.Nope/Echo", "application/grpc"), msg("x")},
 		{"an unknown method", callFields("/"+svcName+"/Nope", "application/grpc"), msg("x")},
 		{"an unknown method and compressor", callFields("/"+svcName+"/Nope", "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "snappy"}), msg("x")},
+		{"no message", callFields(echoPath, "application/grpc"), nil},
+		{"an empty DATA frame, no message", callFields(echoPath, "application/grpc"), []byte{}},
+		{"two messages", callFields(echoPath, "application/grpc"), append(msg("a"), msg("b")...)},
+		{"the request ends inside its message", callFields(echoPath, "application/grpc"), msg("abcdef")[:7]},
+		{"the request ends inside its prefix", callFields(echoPath, "application/grpc"), []byte{0, 0}},
 		{"GET without content-type", append(slices.Clone(get[:4]), get[5:]...), msg("x")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

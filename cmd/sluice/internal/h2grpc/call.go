@@ -49,6 +49,10 @@ type call struct {
 	httpStatus  uint16 // the :status of an answer without message; 0: 200
 }
 
+// msgNoRequest answers a call without a request message, in grpc-go's words
+// (as are the other errors of a request's body).
+const msgNoRequest = "cardinality violation: received no request message from non-client-streaming RPC"
+
 // bodies keeps request and answer buffers between calls.
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -98,7 +102,7 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 		code, msg = codeResourceExhausted, "sluice: the request's header fields are too large"
 	}
 	if code == codeOK && st.ended {
-		code, msg = codeInternal, "grpc: the request has no message"
+		code, msg = codeInternal, msgNoRequest
 	}
 	if code == codeOK && c.s.cfg.Admit != nil {
 		if st.admitted = c.s.cfg.Admit(); !st.admitted {
@@ -262,7 +266,7 @@ func (c *conn) data(f *http2.DataFrame) bool {
 			return true
 		} else if len(st.body) > 5+int(size) {
 			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeInternal, "grpc: a unary request with more than one message")
+			c.answerLocked(st, codeInternal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
 			c.endLocked(st)
 			return true
 		}
@@ -284,7 +288,11 @@ func (c *conn) data(f *http2.DataFrame) bool {
 func (c *conn) requestEndedLocked(st *call) {
 	st.ended = true
 	if len(st.body) < 5 || len(st.body) != 5+int(binary.BigEndian.Uint32(st.body[1:5])) {
-		c.answerLocked(st, codeInternal, "grpc: the request ended inside its message")
+		msg := "unexpected EOF"
+		if len(st.body) == 0 {
+			msg = msgNoRequest
+		}
+		c.answerLocked(st, codeInternal, msg)
 		c.endLocked(st)
 		return
 	}
