@@ -712,3 +712,49 @@ func TestNoStreamsAfterFailedWrite(t *testing.T) {
 	assert.Equal(t, calls, f.svc.echoCalls.Load(), "a handler ran for a connection already closed")
 	assert.Equal(t, admitted.Load(), released.Load(), "admitted %d, released %d", admitted.Load(), released.Load())
 }
+
+// TestResetWhileWaitingForWindow: an answer waiting for window ends when
+// its client resets the stream: its place (Release) is given back at once,
+// not at the janitor's next tick, and it writes nothing more on the stream,
+// even once the window opens (the connection's, which other streams need).
+func TestResetWhileWaitingForWindow(t *testing.T) {
+	var admitted, released atomic.Int64
+	f := start(t, h2grpc.Config{
+		RecvTimeout: time.Minute, // the janitor's tick: 15 s
+		Admit:       func() bool { admitted.Add(1); return true },
+		Release:     func() { released.Add(1) },
+	}, fixtureOpt{})
+
+	t.Run("reset", func(t *testing.T) {
+		r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		r.unaryCall(1, echoPath, "first")
+		require.NoError(t, r.fr.WriteWindowUpdate(1, 100))
+		require.Equal(t, 0, r.ended(1).status())
+		r.unaryCall(3, bigPath, "1000")
+		r.until(func() bool { return r.stream(3).headers != nil }) // then it waits for window
+		require.NoError(t, r.fr.WriteRSTStream(3, http2.ErrCodeCancel))
+		require.Eventually(t, func() bool { return released.Load() == admitted.Load() }, 5*time.Second, time.Millisecond,
+			"the reset stream's place is held (admitted %d, released %d)", admitted.Load(), released.Load())
+	})
+
+	t.Run("reset, then the window opens", func(t *testing.T) {
+		r := fastRaw(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+		r.unaryCall(3, bigPath, "100000") // more than the connection's window, which the client does not open
+		r.until(func() bool { return len(r.stream(1).data)+len(r.stream(3).data) == 65535 })
+		seen := len(r.frames)
+		// One write: the reset, then the window the answer waits for.
+		var out bytes.Buffer
+		fr := http2.NewFramer(&out, nil)
+		require.NoError(t, fr.WriteRSTStream(3, http2.ErrCodeCancel))
+		require.NoError(t, fr.WriteWindowUpdate(0, 1<<20))
+		_, err := r.c.Write(out.Bytes())
+		require.NoError(t, err)
+		r.unaryCall(5, echoPath, "after")
+		require.Equal(t, 0, r.ended(5).status())
+		require.Eventually(t, func() bool { return released.Load() == admitted.Load() }, 5*time.Second, time.Millisecond)
+		r.sync()
+		for _, fi := range r.frames[seen:] {
+			assert.NotEqual(t, uint32(3), fi.stream, "a %v frame on stream 3 after its reset", fi.typ)
+		}
+	})
+}

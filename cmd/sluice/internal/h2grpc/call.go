@@ -408,11 +408,14 @@ func (c *conn) respondLocked(st *call, out []byte) {
 	}
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: st.headers, EndHeaders: true})
 	for len(out) > 0 {
+		// Checked at each turn, not only when the window is short: the
+		// client may reset the stream while it waits, and open the
+		// window then for its other streams.
+		if st.reset || c.closed {
+			return
+		}
 		n := min(int64(len(out)), st.sendWindow, c.sendWindow, int64(c.peerFrame))
 		if n <= 0 {
-			if st.reset || c.closed {
-				return
-			}
 			if time.Now().After(st.deadline) {
 				c.rstLocked(st, http2.ErrCodeCancel)
 				return
@@ -475,6 +478,7 @@ func (st *call) resetLocked() {
 		st.c.endLocked(st)
 	} else if st.cancel != nil {
 		st.cancel()
+		st.c.windowed.Broadcast() // its answer may wait for window: it ends now
 	}
 }
 
