@@ -51,7 +51,8 @@ func (r *raw) sendOdd(id uint32, c oddCall) {
 // sent to both: to h2grpc on a connection it keeps, to grpc-go on one
 // handed over (its first call streams).
 func TestAnswersAsGRPCGo(t *testing.T) {
-	f := start(t, h2grpc.Config{}, fixtureOpt{handoff: true})
+	// grpc-go's default limit, for the same answer to a message past it.
+	f := start(t, h2grpc.Config{MaxRequestBytes: 4 << 20}, fixtureOpt{handoff: true})
 	fast := fastRaw(t, f)
 	slow := dialRaw(t, f.addr)
 	slow.open(1, streamPath, false) // grpc-go's from here on
@@ -88,6 +89,10 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 		{"two messages", callFields(echoPath, "application/grpc"), append(msg("a"), msg("b")...)},
 		{"the request ends inside its message", callFields(echoPath, "application/grpc"), msg("abcdef")[:7]},
 		{"the request ends inside its prefix", callFields(echoPath, "application/grpc"), []byte{0, 0}},
+		{"the compressed flag", callFields(echoPath, "application/grpc"), append([]byte{1}, msg("x")[1:]...)},
+		{"a payload format unknown", callFields(echoPath, "application/grpc"), append([]byte{2}, msg("x")[1:]...)},
+		{"the compressed flag on a message too large", callFields(echoPath, "application/grpc"), []byte{1, 1, 0, 0, 0}},
+		{"a message too large", callFields(echoPath, "application/grpc"), []byte{0, 1, 0, 0, 0}},
 		{"GET without content-type", append(slices.Clone(get[:4]), get[5:]...), msg("x")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

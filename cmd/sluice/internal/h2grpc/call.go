@@ -253,20 +253,22 @@ func (c *conn) data(f *http2.DataFrame) bool {
 	st.body = append(st.body, f.Data()...)
 	limit := c.s.cfg.MaxRequestBytes
 	if len(st.body) >= 5 {
-		if st.body[0] != 0 {
-			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeInternal, "grpc: compressed flag set with identity or empty encoding")
-			c.endLocked(st)
-			return true
+		// grpc-go's checks, in its order: the size, the flag, the count.
+		size := binary.BigEndian.Uint32(st.body[1:5])
+		code, msg := codeOK, ""
+		switch {
+		case int64(size) > int64(limit):
+			code, msg = codeResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, limit)
+		case st.body[0] == 1:
+			code, msg = codeInternal, "grpc: compressed flag set with identity or empty encoding"
+		case st.body[0] != 0:
+			code, msg = codeInternal, fmt.Sprintf("grpc: received unexpected payload format %d", st.body[0])
+		case len(st.body) > 5+int(size):
+			code, msg = codeInternal, "cardinality violation: received multiple request messages for non-client-streaming RPC"
 		}
-		if size := binary.BigEndian.Uint32(st.body[1:5]); int64(size) > int64(limit) {
+		if code != codeOK {
 			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, limit))
-			c.endLocked(st)
-			return true
-		} else if len(st.body) > 5+int(size) {
-			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeInternal, "cardinality violation: received multiple request messages for non-client-streaming RPC")
+			c.answerLocked(st, code, msg)
 			c.endLocked(st)
 			return true
 		}
