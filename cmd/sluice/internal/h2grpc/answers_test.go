@@ -2,6 +2,7 @@ package h2grpc_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,4 +115,24 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 func answerOf(s *rawStream) [5]string {
 	return [5]string{s.headers[":status"], s.headers["content-type"], string(s.data),
 		s.trailers["grpc-status"], s.trailers["grpc-message"]}
+}
+
+// TestLongContentSubtype: an answer's content-type names the request's
+// subtype, as grpc-go's does, but not one so long that the answer's header
+// block would not fit in a frame (16384 bytes, the client's
+// SETTINGS_MAX_FRAME_SIZE).
+func TestLongContentSubtype(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{})
+	r := fastRaw(t, f)
+	sub := strings.Repeat("s", 20000)
+	r.sendOdd(3, oddCall{"", callFields(echoPath, "application/grpc+"+sub), msg("long")})
+	s := r.ended(3)
+	assert.Equal(t, 0, s.status())
+	assert.Equal(t, msg("long"), s.data)
+	assert.True(t, s.headers["content-type"] == "application/grpc", "a content-type of %d bytes", len(s.headers["content-type"]))
+	for _, fi := range r.frames {
+		assert.LessOrEqual(t, fi.length, uint32(16384), "a %v frame", fi.typ)
+	}
+	r.sendOdd(5, oddCall{"", callFields(echoPath, "application/grpc+"+sub[:100]), msg("short")})
+	assert.Equal(t, "application/grpc+"+sub[:100], r.ended(5).headers["content-type"])
 }

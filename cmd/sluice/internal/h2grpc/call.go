@@ -147,8 +147,10 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 				// A subtype without a codec is read as protobuf, as
 				// grpc-go does (logging that it will not always).
 				st.codec = codecFor(sub)
-				st.ctype = encodeContentType("application/grpc+" + sub)
-				st.headers = append([]byte{status200}, st.ctype...)
+				if len(sub) <= maxSubtype {
+					st.ctype = encodeContentType("application/grpc+" + sub)
+					st.headers = append([]byte{status200}, st.ctype...)
+				}
 			}
 		case "grpc-encoding":
 			enc = hf.Value
@@ -206,6 +208,11 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	st.m = m
 	return codeOK, ""
 }
+
+// maxSubtype caps the content subtype an answer names: its header block,
+// with a grpc-message of up to maxMessage bytes (3 times that, encoded),
+// fits in a frame of 16384 bytes, the least a client can take.
+const maxSubtype = 1024
 
 // contentSubtype is the part of a gRPC content type after "+" or ";" (""
 // for application/grpc alone), as grpc-go reads it, lower-cased.
