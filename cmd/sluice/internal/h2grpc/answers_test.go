@@ -62,6 +62,8 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 	noAuthority := callFields(echoPath, "application/grpc")
 	noAuthority = append(noAuthority[:3], noAuthority[4:]...)
 	hostOnly := append(slices.Clone(noAuthority), hpack.HeaderField{Name: "host", Value: "sluice"})
+	emptyAuthority := callFields(echoPath, "application/grpc")
+	emptyAuthority[3].Value = ""
 	for _, tc := range []oddCall{
 		{"a message that does not decode", callFields(echoPath, "application/grpc"), frameMsg([]byte{0xff, 0xff, 0xff})},
 		{"no content-type", callFields(echoPath, ""), msg("x")},
@@ -73,6 +75,7 @@ func TestAnswersAsGRPCGo(t *testing.T) {
 		{"GET", get, msg("x")},
 		{"no :authority", noAuthority, msg("x")},
 		{"host, no :authority", hostOnly, msg("x")},
+		{"an empty :authority", emptyAuthority, msg("x")},
 		{"an unknown compressor", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "snappy"}), msg("x")},
 		{"identity encoding", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: "identity"}), msg("x")},
 		{"empty encoding", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "grpc-encoding", Value: ""}), msg("x")},

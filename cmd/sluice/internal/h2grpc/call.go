@@ -128,8 +128,11 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 		enc       string // grpc-encoding
 		timeout   string // a malformed grpc-timeout's error
 		expired   bool   // a grpc-timeout of 0
-		authority = f.PseudoValue("authority") != ""
+		authority bool   // :authority or host, even empty, as grpc-go asks
 	)
+	for _, hf := range f.PseudoFields() {
+		authority = authority || hf.Name == ":authority"
+	}
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
