@@ -139,3 +139,26 @@ func TestLongContentSubtype(t *testing.T) {
 	r.sendOdd(5, oddCall{"", callFields(echoPath, "application/grpc+"+sub[:100]), msg("short")})
 	assert.Equal(t, "application/grpc+"+sub[:100], r.ended(5).headers["content-type"])
 }
+
+// TestConnectionHeaderAsGRPCGo: a request with a connection header field,
+// malformed in HTTP/2 (RFC 9113 8.2.2), is reset PROTOCOL_ERROR, unanswered,
+// as grpc-go resets it.
+func TestConnectionHeaderAsGRPCGo(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{handoff: true})
+	fast := fastRaw(t, f)
+	slow := dialRaw(t, f.addr)
+	slow.open(1, streamPath, false) // grpc-go's from here on
+	c := oddCall{"", callFields(echoPath, "application/grpc", hpack.HeaderField{Name: "connection", Value: "keep-alive"}), msg("x")}
+	calls := f.svc.echoCalls.Load()
+	slow.sendOdd(3, c)
+	want := slow.ended(3)
+	require.NotNil(t, want.rst, "grpc-go's answer: %v", slow.describe())
+	fast.sendOdd(3, c)
+	got := fast.ended(3)
+	require.NotNil(t, got.rst, "h2grpc's answer: %v", fast.describe())
+	assert.Equal(t, *want.rst, *got.rst)
+	assert.Equal(t, want.trailers, got.trailers)
+	assert.Equal(t, calls, f.svc.echoCalls.Load(), "a handler ran")
+	fast.unaryCall(5, echoPath, "still here")
+	assert.Equal(t, 0, fast.ended(5).status())
+}

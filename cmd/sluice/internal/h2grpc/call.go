@@ -98,6 +98,10 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 	c.open++
 	st.ended = f.StreamEnded()
 	code, msg := st.parse(f)
+	if code == codeReset {
+		c.rstLocked(st, http2.ErrCodeProtocol)
+		return true
+	}
 	if f.Truncated {
 		code, msg = codeResourceExhausted, "sluice: the request's header fields are too large"
 	}
@@ -117,7 +121,8 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 }
 
 // parse reads a call's header fields; a code other than codeOK is the
-// answer to give at once (with st.httpStatus, when not 200). Its checks,
+// answer to give at once (with st.httpStatus, when not 200), codeReset a
+// malformed request to reset (RST_STREAM PROTOCOL_ERROR), unanswered. Its checks,
 // their order and their answers are grpc-go's, so that a client cannot
 // tell the two servers apart by a request they refuse.
 func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
@@ -129,6 +134,7 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 		timeout   string // a malformed grpc-timeout's error
 		expired   bool   // a grpc-timeout of 0
 		authority bool   // :authority or host, even empty, as grpc-go asks
+		malformed bool   // a connection field (RFC 9113 8.2.2)
 	)
 	for _, hf := range f.PseudoFields() {
 		authority = authority || hf.Name == ":authority"
@@ -169,9 +175,13 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 			}
 		case "host":
 			authority = true
+		case "connection":
+			malformed = true
 		}
 	}
 	switch method := f.PseudoValue("method"); {
+	case malformed:
+		return codeReset, ""
 	case !isGRPC:
 		st.httpStatus = 415
 		return codeInvalidArgument, fmt.Sprintf("invalid gRPC request content-type %q", ctype)

@@ -17,6 +17,8 @@ const (
 	codeResourceExhausted = 8
 	codeUnimplemented     = 12
 	codeInternal          = 13
+
+	codeReset = -1 // no status: the stream is reset
 )
 
 // Why answers are encoded by hand, and none is added to the HPACK dynamic
