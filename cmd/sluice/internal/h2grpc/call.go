@@ -122,9 +122,9 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 
 // parse reads a call's header fields; a code other than codeOK is the
 // answer to give at once (with st.httpStatus, when not 200), codeReset a
-// malformed request to reset (RST_STREAM PROTOCOL_ERROR), unanswered. Its checks,
-// their order and their answers are grpc-go's, so that a client cannot
-// tell the two servers apart by a request they refuse.
+// malformed request to reset (RST_STREAM PROTOCOL_ERROR), unanswered. Its
+// checks, their order and their answers are grpc-go's, so that a client
+// cannot tell the two servers apart by a request they refuse.
 func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	st.ctype, st.headers = ctypeProto, headersProto
 	var (
@@ -133,11 +133,15 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 		enc       string // grpc-encoding
 		timeout   string // a malformed grpc-timeout's error
 		expired   bool   // a grpc-timeout of 0
-		authority bool   // :authority or host, even empty, as grpc-go asks
 		malformed bool   // a connection field (RFC 9113 8.2.2)
+		// :authority and host fields, even empty: grpc-go asks for one,
+		// and no more than one of each.
+		authorities, hosts int
 	)
 	for _, hf := range f.PseudoFields() {
-		authority = authority || hf.Name == ":authority"
+		if hf.Name == ":authority" {
+			authorities++
+		}
 	}
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
@@ -174,12 +178,15 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 				st.deadline = dl
 			}
 		case "host":
-			authority = true
+			hosts++
 		case "connection":
 			malformed = true
 		}
 	}
 	switch method := f.PseudoValue("method"); {
+	case authorities > 1 || hosts > 1:
+		st.httpStatus = 400
+		return codeInternal, fmt.Sprintf("num values of :authority: %v, num values of host: %v, both must only have 1 value as per HTTP/2 spec", authorities, hosts)
 	case malformed:
 		return codeReset, ""
 	case !isGRPC:
@@ -188,7 +195,7 @@ func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	case timeout != "":
 		st.httpStatus = 400
 		return codeInternal, timeout
-	case !authority:
+	case authorities+hosts == 0:
 		st.httpStatus = 400
 		return codeInternal, "no host or :authority header present"
 	case method != "POST":
