@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // registers gzip for the client
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
 )
@@ -757,4 +759,42 @@ func TestResetWhileWaitingForWindow(t *testing.T) {
 			assert.NotEqual(t, uint32(3), fi.stream, "a %v frame on stream 3 after its reset", fi.typ)
 		}
 	})
+}
+
+// TestSplitFrames: a first call whose header block is padded, carries a
+// priority and ends in CONTINUATION frames (its :path past the first
+// fragment) is still found unary and kept by h2grpc; requests in many
+// small padded DATA frames, a message split anywhere, are whole when
+// answered.
+func TestSplitFrames(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{handoff: true})
+	r := dialRaw(t, f.addr)
+	require.NoError(t, r.fr.WritePriority(1, http2.PriorityParam{Weight: 10}))
+	block := r.block(whoPath)
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:3], PadLength: 7,
+		Priority: http2.PriorityParam{Weight: 3}}))
+	require.NoError(t, r.fr.WriteContinuation(1, false, block[3:10]))
+	require.NoError(t, r.fr.WriteContinuation(1, true, block[10:]))
+	body := msg("")
+	for i := range body {
+		require.NoError(t, r.fr.WriteDataPadded(1, false, body[i:i+1], make([]byte, 3)))
+	}
+	require.NoError(t, r.fr.WriteData(1, true, nil))
+	s := r.ended(1)
+	require.Equal(t, 0, s.status(), "%v", s.trailers)
+	var out wrapperspb.StringValue
+	require.NoError(t, proto.Unmarshal(s.data[5:], &out))
+	assert.Equal(t, "h2grpc/insecure", out.Value)
+
+	v := strings.Repeat("v", 60000)
+	r.open(3, echoPath, false)
+	for b := msg(v); len(b) > 0; {
+		n := min(len(b), 999)
+		require.NoError(t, r.fr.WriteDataPadded(3, false, b[:n], make([]byte, 100)))
+		b = b[n:]
+	}
+	require.NoError(t, r.fr.WriteData(3, true, nil))
+	s = r.ended(3)
+	require.Equal(t, 0, s.status(), "%v", s.trailers)
+	assert.Equal(t, msg(v), s.data)
 }
