@@ -1,14 +1,17 @@
 package h2grpc_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	_ "google.golang.org/grpc/encoding/gzip" // registers gzip for the client
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluice-go/sluice/cmd/sluice/internal/h2grpc"
 )
@@ -640,4 +645,156 @@ func TestShutdownHonoursCtx(t *testing.T) {
 	default:
 		t.Error("Close left the stuck connection open")
 	}
+}
+
+// --- a connection ended by a failed write ---
+
+// brokenConn is a server's connection whose writes fail once it is broken
+// (as they do when the client has gone: EPIPE), and whose next read after
+// expect(n) returns n bytes at least, so that frames the client sent in one
+// write are read together, as they usually are.
+type brokenConn struct {
+	net.Conn
+	broken atomic.Bool
+	want   atomic.Int64
+}
+
+func (c *brokenConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if want := int(c.want.Swap(0)); err == nil && n < want && want <= len(p) {
+		var m int
+		m, err = io.ReadAtLeast(c.Conn, p[n:], want-n)
+		n += m
+	}
+	return n, err
+}
+
+func (c *brokenConn) Write(p []byte) (int, error) {
+	if c.broken.Load() {
+		return 0, syscall.EPIPE
+	}
+	return c.Conn.Write(p)
+}
+
+// TestNoStreamsAfterFailedWrite: once a write has failed and the
+// connection is closed, the frames read with the one whose answer failed
+// open no streams: no place is taken in the server-wide budget (Admit)
+// that no Release gives back, and no handler runs for a client that is
+// gone.
+func TestNoStreamsAfterFailedWrite(t *testing.T) {
+	var admitted, released atomic.Int64
+	conns := make(chan *brokenConn, 1)
+	f := start(t, h2grpc.Config{
+		Admit:   func() bool { admitted.Add(1); return true },
+		Release: func() { released.Add(1) },
+	}, fixtureOpt{wrap: func(c net.Conn) net.Conn { b := &brokenConn{Conn: c}; conns <- b; return b }})
+	r := fastRaw(t, f)
+	bc := <-conns
+	r.sync() // no ack held back: the next write is the SETTINGS ack below
+	require.Eventually(t, func() bool { return released.Load() == 1 }, 10*time.Second, time.Millisecond)
+	calls := f.svc.echoCalls.Load()
+
+	// One write: SETTINGS (whose ack fails), a call's headers, a whole call.
+	var out bytes.Buffer
+	fr := http2.NewFramer(&out, nil)
+	require.NoError(t, fr.WriteSettings())
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(echoPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: r.block(echoPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteData(5, true, msg("gone")))
+	bc.want.Store(int64(out.Len()))
+	bc.broken.Store(true)
+	_, err := r.c.Write(out.Bytes())
+	require.NoError(t, err)
+	r.closed()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, f.srv.Shutdown(ctx)) // the connection's reader has returned
+	f.srv.Close()                           // and the workers have stopped waiting
+	assert.Equal(t, calls, f.svc.echoCalls.Load(), "a handler ran for a connection already closed")
+	assert.Equal(t, admitted.Load(), released.Load(), "admitted %d, released %d", admitted.Load(), released.Load())
+}
+
+// TestResetWhileWaitingForWindow: an answer waiting for window ends when
+// its client resets the stream: its place (Release) is given back at once,
+// not at the janitor's next tick, and it writes nothing more on the stream,
+// even once the window opens (the connection's, which other streams need).
+func TestResetWhileWaitingForWindow(t *testing.T) {
+	var admitted, released atomic.Int64
+	f := start(t, h2grpc.Config{
+		RecvTimeout: time.Minute, // the janitor's tick: 15 s
+		Admit:       func() bool { admitted.Add(1); return true },
+		Release:     func() { released.Add(1) },
+	}, fixtureOpt{})
+
+	t.Run("reset", func(t *testing.T) {
+		r := dialRaw(t, f.addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+		r.unaryCall(1, echoPath, "first")
+		require.NoError(t, r.fr.WriteWindowUpdate(1, 100))
+		require.Equal(t, 0, r.ended(1).status())
+		r.unaryCall(3, bigPath, "1000")
+		r.until(func() bool { return r.stream(3).headers != nil }) // then it waits for window
+		require.NoError(t, r.fr.WriteRSTStream(3, http2.ErrCodeCancel))
+		require.Eventually(t, func() bool { return released.Load() == admitted.Load() }, 5*time.Second, time.Millisecond,
+			"the reset stream's place is held (admitted %d, released %d)", admitted.Load(), released.Load())
+	})
+
+	t.Run("reset, then the window opens", func(t *testing.T) {
+		r := fastRaw(t, f, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+		r.unaryCall(3, bigPath, "100000") // more than the connection's window, which the client does not open
+		r.until(func() bool { return len(r.stream(1).data)+len(r.stream(3).data) == 65535 })
+		seen := len(r.frames)
+		// One write: the reset, then the window the answer waits for.
+		var out bytes.Buffer
+		fr := http2.NewFramer(&out, nil)
+		require.NoError(t, fr.WriteRSTStream(3, http2.ErrCodeCancel))
+		require.NoError(t, fr.WriteWindowUpdate(0, 1<<20))
+		_, err := r.c.Write(out.Bytes())
+		require.NoError(t, err)
+		r.unaryCall(5, echoPath, "after")
+		require.Equal(t, 0, r.ended(5).status())
+		require.Eventually(t, func() bool { return released.Load() == admitted.Load() }, 5*time.Second, time.Millisecond)
+		r.sync()
+		for _, fi := range r.frames[seen:] {
+			assert.NotEqual(t, uint32(3), fi.stream, "a %v frame on stream 3 after its reset", fi.typ)
+		}
+	})
+}
+
+// TestSplitFrames: a first call whose header block is padded, carries a
+// priority and ends in CONTINUATION frames (its :path past the first
+// fragment) is still found unary and kept by h2grpc; requests in many
+// small padded DATA frames, a message split anywhere, are whole when
+// answered.
+func TestSplitFrames(t *testing.T) {
+	f := start(t, h2grpc.Config{}, fixtureOpt{handoff: true})
+	r := dialRaw(t, f.addr)
+	require.NoError(t, r.fr.WritePriority(1, http2.PriorityParam{Weight: 10}))
+	block := r.block(whoPath)
+	require.NoError(t, r.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block[:3], PadLength: 7,
+		Priority: http2.PriorityParam{Weight: 3}}))
+	require.NoError(t, r.fr.WriteContinuation(1, false, block[3:10]))
+	require.NoError(t, r.fr.WriteContinuation(1, true, block[10:]))
+	body := msg("")
+	for i := range body {
+		require.NoError(t, r.fr.WriteDataPadded(1, false, body[i:i+1], make([]byte, 3)))
+	}
+	require.NoError(t, r.fr.WriteData(1, true, nil))
+	s := r.ended(1)
+	require.Equal(t, 0, s.status(), "%v", s.trailers)
+	var out wrapperspb.StringValue
+	require.NoError(t, proto.Unmarshal(s.data[5:], &out))
+	assert.Equal(t, "h2grpc/insecure", out.Value)
+
+	v := strings.Repeat("v", 60000)
+	r.open(3, echoPath, false)
+	for b := msg(v); len(b) > 0; {
+		n := min(len(b), 999)
+		require.NoError(t, r.fr.WriteDataPadded(3, false, b[:n], make([]byte, 100)))
+		b = b[n:]
+	}
+	require.NoError(t, r.fr.WriteData(3, true, nil))
+	s = r.ended(3)
+	require.Equal(t, 0, s.status(), "%v", s.trailers)
+	assert.Equal(t, msg(v), s.data)
 }

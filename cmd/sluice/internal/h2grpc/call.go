@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,8 +45,13 @@ type call struct {
 	recvUnacked uint32
 	sendWindow  int64
 	cancel      context.CancelFunc
-	admitted    bool // holds a place in the server-wide budget (Config.Admit)
+	admitted    bool   // holds a place in the server-wide budget (Config.Admit)
+	httpStatus  uint16 // the :status of an answer without message; 0: 200
 }
+
+// msgNoRequest answers a call without a request message, in grpc-go's words
+// (as are the other errors of a request's body).
+const msgNoRequest = "cardinality violation: received no request message from non-client-streaming RPC"
 
 // bodies keeps request and answer buffers between calls.
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -62,6 +68,12 @@ func putBuf(b []byte) {
 func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		// A write failed (or the janitor ended the connection) while the
+		// reader still had frames read: they open no stream, since nothing
+		// would end it (closeLocked has run) to give its place back.
+		return false
+	}
 	id := f.StreamID
 	if id%2 == 0 {
 		c.failLocked(http2.ErrCodeProtocol, "even stream id")
@@ -86,11 +98,15 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 	c.open++
 	st.ended = f.StreamEnded()
 	code, msg := st.parse(f)
+	if code == codeReset {
+		c.rstLocked(st, http2.ErrCodeProtocol)
+		return true
+	}
 	if f.Truncated {
 		code, msg = codeResourceExhausted, "sluice: the request's header fields are too large"
 	}
 	if code == codeOK && st.ended {
-		code, msg = codeInternal, "grpc: the request has no message"
+		code, msg = codeInternal, msgNoRequest
 	}
 	if code == codeOK && c.s.cfg.Admit != nil {
 		if st.admitted = c.s.cfg.Admit(); !st.admitted {
@@ -105,60 +121,121 @@ func (c *conn) headers(f *http2.MetaHeadersFrame) bool {
 }
 
 // parse reads a call's header fields; a code other than codeOK is the
-// answer to give at once.
+// answer to give at once (with st.httpStatus, when not 200), codeReset a
+// malformed request to reset (RST_STREAM PROTOCOL_ERROR), unanswered. Its
+// checks, their order and their answers are grpc-go's, so that a client
+// cannot tell the two servers apart by a request they refuse.
 func (st *call) parse(f *http2.MetaHeadersFrame) (code int, msg string) {
 	st.ctype, st.headers = ctypeProto, headersProto
-	if f.PseudoValue("method") != "POST" {
-		return codeUnimplemented, "grpc: method must be POST"
+	var (
+		isGRPC    bool
+		ctype     string // the last content-type, when not gRPC's
+		enc       string // grpc-encoding
+		timeout   string // a malformed grpc-timeout's error
+		expired   bool   // a grpc-timeout of 0
+		malformed bool   // a connection field (RFC 9113 8.2.2)
+		// :authority and host fields, even empty: grpc-go asks for one,
+		// and no more than one of each.
+		authorities, hosts int
+	)
+	for _, hf := range f.PseudoFields() {
+		if hf.Name == ":authority" {
+			authorities++
+		}
 	}
-	path := f.PseudoValue("path")
 	for _, hf := range f.RegularFields() {
 		switch hf.Name {
 		case "content-type":
 			sub, ok := contentSubtype(hf.Value)
 			if !ok {
-				return codeInternal, fmt.Sprintf("grpc: unsupported content-type %q", hf.Value)
+				ctype = hf.Value
+				break
 			}
-			if sub != "" && sub != "proto" {
+			isGRPC = true
+			switch sub {
+			case "":
+			case "proto":
+				st.ctype, st.headers = ctypeProtoSub, headersProtoSub
+			default:
+				// A subtype without a codec is read as protobuf, as
+				// grpc-go does (logging that it will not always).
 				st.codec = codecFor(sub)
-				if st.codec == nil {
-					return codeInternal, fmt.Sprintf("grpc: no codec registered for content-subtype %s", sub)
+				if len(sub) <= maxSubtype {
+					st.ctype = encodeContentType("application/grpc+" + sub)
+					st.headers = append([]byte{status200}, st.ctype...)
 				}
-				st.ctype = encodeContentType("application/grpc+" + sub)
-				st.headers = append([]byte{status200}, st.ctype...)
 			}
+		case "grpc-encoding":
+			enc = hf.Value
 		case "grpc-timeout":
-			d, ok := parseTimeout(hf.Value)
-			if !ok {
-				return codeInternal, fmt.Sprintf("grpc: malformed grpc-timeout %q", hf.Value)
+			d, err := parseTimeout(hf.Value)
+			if err != nil {
+				timeout = "malformed grpc-timeout: " + err.Error()
+				break
 			}
+			expired = d <= 0
 			if dl := time.Now().Add(d); dl.Before(st.deadline) {
 				st.deadline = dl
 			}
-		case "grpc-encoding":
-			if hf.Value != "identity" {
-				return codeUnimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", hf.Value)
-			}
+		case "host":
+			hosts++
+		case "connection":
+			malformed = true
 		}
 	}
+	switch method := f.PseudoValue("method"); {
+	case authorities > 1 || hosts > 1:
+		st.httpStatus = 400
+		return codeInternal, fmt.Sprintf("num values of :authority: %v, num values of host: %v, both must only have 1 value as per HTTP/2 spec", authorities, hosts)
+	case malformed:
+		return codeReset, ""
+	case !isGRPC:
+		st.httpStatus = 415
+		return codeInvalidArgument, fmt.Sprintf("invalid gRPC request content-type %q", ctype)
+	case timeout != "":
+		st.httpStatus = 400
+		return codeInternal, timeout
+	case authorities+hosts == 0:
+		st.httpStatus = 400
+		return codeInternal, "no host or :authority header present"
+	case method != "POST":
+		st.httpStatus = 405
+		return codeInternal, fmt.Sprintf("Received a HEADERS frame with :method %q which should be POST", method)
+	case expired:
+		return codeDeadlineExceeded, context.DeadlineExceeded.Error()
+	}
+	path := f.PseudoValue("path")
 	m, ok := st.c.s.methods[path]
-	switch {
-	case ok:
-		st.m = m
-		return codeOK, ""
-	case st.c.s.streaming[path]:
-		return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
+	if !ok {
+		if st.c.s.streaming[path] {
+			return codeUnimplemented, fmt.Sprintf("sluice: %s streams: call it on a connection of its own (this one serves unary calls)", path)
+		}
+		// As grpc-go words it.
+		sm, found := strings.CutPrefix(path, "/")
+		pos := strings.LastIndex(sm, "/")
+		if !found || pos < 0 {
+			return codeUnimplemented, fmt.Sprintf("malformed method name: %q", path)
+		}
+		svc := sm[:pos]
+		if !st.c.s.services[svc] {
+			return codeUnimplemented, fmt.Sprintf("unknown service %v", svc)
+		}
+		return codeUnimplemented, fmt.Sprintf("unknown method %v for service %v", sm[pos+1:], svc)
 	}
-	// As grpc-go words it.
-	svc, name, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if !st.c.s.services[svc] {
-		return codeUnimplemented, fmt.Sprintf("unknown service %v", svc)
+	if enc != "" && enc != "identity" {
+		return codeUnimplemented, fmt.Sprintf("grpc: Decompressor is not installed for grpc-encoding %q", enc)
 	}
-	return codeUnimplemented, fmt.Sprintf("unknown method %v for service %v", name, svc)
+	st.m = m
+	return codeOK, ""
 }
 
-// contentSubtype is the part of a gRPC content type after "+" ("" for
-// application/grpc alone).
+// maxSubtype caps the content subtype an answer names: its header block,
+// with a grpc-message of up to maxMessage bytes (3 times that, encoded),
+// fits in a frame of 16384 bytes, the least a client can take.
+const maxSubtype = 1024
+
+// contentSubtype is the part of a gRPC content type after "+" or ";" (""
+// for application/grpc alone), as grpc-go reads it, lower-cased.
 func contentSubtype(ct string) (string, bool) {
 	rest, ok := strings.CutPrefix(ct, "application/grpc")
 	if !ok {
@@ -167,10 +244,8 @@ func contentSubtype(ct string) (string, bool) {
 	switch {
 	case rest == "":
 		return "", true
-	case rest[0] == '+':
+	case rest[0] == '+' || rest[0] == ';':
 		return strings.ToLower(rest[1:]), true
-	case rest[0] == ';':
-		return "", true
 	}
 	return "", false
 }
@@ -205,20 +280,22 @@ func (c *conn) data(f *http2.DataFrame) bool {
 	st.body = append(st.body, f.Data()...)
 	limit := c.s.cfg.MaxRequestBytes
 	if len(st.body) >= 5 {
-		if st.body[0] != 0 {
-			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeInternal, "grpc: compressed flag set with identity or empty encoding")
-			c.endLocked(st)
-			return true
+		// grpc-go's checks, in its order: the size, the flag, the count.
+		size := binary.BigEndian.Uint32(st.body[1:5])
+		code, msg := codeOK, ""
+		switch {
+		case int64(size) > int64(limit):
+			code, msg = codeResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, limit)
+		case st.body[0] == 1:
+			code, msg = codeInternal, "grpc: compressed flag set with identity or empty encoding"
+		case st.body[0] != 0:
+			code, msg = codeInternal, fmt.Sprintf("grpc: received unexpected payload format %d", st.body[0])
+		case len(st.body) > 5+int(size):
+			code, msg = codeInternal, "cardinality violation: received multiple request messages for non-client-streaming RPC"
 		}
-		if size := binary.BigEndian.Uint32(st.body[1:5]); int64(size) > int64(limit) {
+		if code != codeOK {
 			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeResourceExhausted, fmt.Sprintf("grpc: received message larger than max (%d vs. %d)", size, limit))
-			c.endLocked(st)
-			return true
-		} else if len(st.body) > 5+int(size) {
-			st.ended = f.StreamEnded()
-			c.answerLocked(st, codeInternal, "grpc: a unary request with more than one message")
+			c.answerLocked(st, code, msg)
 			c.endLocked(st)
 			return true
 		}
@@ -240,7 +317,11 @@ func (c *conn) data(f *http2.DataFrame) bool {
 func (c *conn) requestEndedLocked(st *call) {
 	st.ended = true
 	if len(st.body) < 5 || len(st.body) != 5+int(binary.BigEndian.Uint32(st.body[1:5])) {
-		c.answerLocked(st, codeInternal, "grpc: the request ended inside its message")
+		msg := "unexpected EOF"
+		if len(st.body) == 0 {
+			msg = msgNoRequest
+		}
+		c.answerLocked(st, codeInternal, msg)
 		c.endLocked(st)
 		return
 	}
@@ -302,15 +383,25 @@ func (st *call) answer(out []byte, err error) {
 	}
 }
 
+// decode is the handler's decoder of the request. Its error is INTERNAL, as
+// grpc-go's (a handler returns it as it is: left alone, it would be
+// answered UNKNOWN).
 func (st *call) decode(v any) error {
 	msg := st.body[5:]
-	if st.codec == nil {
-		if m, ok := v.(proto.Message); ok {
-			return proto.Unmarshal(msg, m)
+	var err error
+	if m, ok := v.(proto.Message); ok && st.codec == nil {
+		err = proto.Unmarshal(msg, m)
+	} else {
+		codec := st.codec
+		if codec == nil {
+			codec = encoding.GetCodecV2("proto")
 		}
-		st.codec = encoding.GetCodecV2("proto")
+		err = codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v)
 	}
-	return st.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(msg)}, v)
+	if err != nil {
+		return status.Errorf(codeInternal, "grpc: failed to unmarshal the received message: %v", err)
+	}
+	return nil
 }
 
 // encode is the answer's message with its 5-byte prefix.
@@ -346,11 +437,14 @@ func (c *conn) respondLocked(st *call, out []byte) {
 	}
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: st.headers, EndHeaders: true})
 	for len(out) > 0 {
+		// Checked at each turn, not only when the window is short: the
+		// client may reset the stream while it waits, and open the
+		// window then for its other streams.
+		if st.reset || c.closed {
+			return
+		}
 		n := min(int64(len(out)), st.sendWindow, c.sendWindow, int64(c.peerFrame))
 		if n <= 0 {
-			if st.reset || c.closed {
-				return
-			}
 			if time.Now().After(st.deadline) {
 				c.rstLocked(st, http2.ErrCodeCancel)
 				return
@@ -378,7 +472,12 @@ func (c *conn) answerLocked(st *call, code int, msg string) {
 	if st.answered || st.reset || c.closed {
 		return
 	}
-	block := append([]byte{status200}, st.ctype...)
+	var block []byte
+	if st.httpStatus == 0 {
+		block = append([]byte{status200}, st.ctype...)
+	} else {
+		block = append(appendField(nil, ":status", strconv.Itoa(int(st.httpStatus))), st.ctype...)
+	}
 	block = appendStatus(block, code, msg)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: block, EndHeaders: true, EndStream: true})
 	st.answered = true
@@ -408,6 +507,7 @@ func (st *call) resetLocked() {
 		st.c.endLocked(st)
 	} else if st.cancel != nil {
 		st.cancel()
+		st.c.windowed.Broadcast() // its answer may wait for window: it ends now
 	}
 }
 

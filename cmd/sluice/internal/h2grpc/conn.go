@@ -417,6 +417,13 @@ func (c *conn) closeLocked() {
 	if c.closed {
 		return
 	}
+	if c.batching {
+		// Answers of a batch (and a GOAWAY) are held: a graceful end
+		// (the batch's last call answered after goAway) sends them first.
+		// After a failed write this fails at once: bufio keeps the error.
+		c.batching = false
+		_ = c.bw.Flush()
+	}
 	c.closed = true
 	c.nc.Close()
 	if c.janitor != nil {

@@ -137,3 +137,41 @@ func TestInlineAlone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "reader", got1, "a call alone on its connection")
 }
+
+// TestInlineShutdownMidBatch: with Config.Inline, calls read together run
+// on the reader with their answers held until the last is written; a
+// Shutdown that comes meanwhile closes the connection after them, with the
+// held answers and its GOAWAY sent first, not dropped.
+func TestInlineShutdownMidBatch(t *testing.T) {
+	conns := make(chan *brokenConn, 1)
+	f := start(t, h2grpc.Config{Inline: true, RecvTimeout: time.Minute},
+		fixtureOpt{wrap: func(c net.Conn) net.Conn { b := &brokenConn{Conn: c}; conns <- b; return b }})
+	r := fastRaw(t, f)
+	bc := <-conns
+	var out bytes.Buffer
+	fr := http2.NewFramer(&out, nil)
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: r.block(blockPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteData(3, true, msg("held")))
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: r.block(echoPath), EndHeaders: true}))
+	require.NoError(t, fr.WriteData(5, true, msg("after")))
+	bc.want.Store(int64(out.Len())) // both calls read together: one batch
+	_, err := r.c.Write(out.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, "held", <-f.svc.started)
+
+	shut := make(chan error, 1)
+	go func() { shut <- f.srv.Shutdown(context.Background()) }()
+	// Shutdown's wait has begun once its goroutine runs, and the GOAWAY is
+	// written (held with the batch) once no goAway runs.
+	require.Eventually(t, func() bool {
+		return goroutinesIn("h2grpc.(*Server).Shutdown.func") > 0 && goroutinesIn("h2grpc.(*conn).goAway(") == 0 &&
+			goroutinesIn("h2grpc.(*Server).Shutdown.gowrap") == 0 // go c.goAway() not yet in goAway
+	}, 10*time.Second, time.Millisecond)
+	f.svc.releaseAll()
+	assert.Equal(t, 0, r.ended(3).status())
+	assert.Equal(t, 0, r.ended(5).status())
+	g := r.closed()
+	require.NotNil(t, g, "a GOAWAY before the close")
+	assert.Equal(t, goAway{http2.ErrCodeNo, 5, ""}, *g)
+	require.NoError(t, <-shut)
+}

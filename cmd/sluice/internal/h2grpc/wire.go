@@ -2,6 +2,7 @@ package h2grpc
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -11,10 +12,13 @@ import (
 // gRPC status codes this package answers with itself (google.golang.org/grpc/codes).
 const (
 	codeOK                = 0
+	codeInvalidArgument   = 3
 	codeDeadlineExceeded  = 4
 	codeResourceExhausted = 8
 	codeUnimplemented     = 12
 	codeInternal          = 13
+
+	codeReset = -1 // no status: the stream is reset
 )
 
 // Why answers are encoded by hand, and none is added to the HPACK dynamic
@@ -22,10 +26,12 @@ const (
 // and the common blocks are constants. Each field is either an exact match
 // of the static table (":status: 200") or a literal that is never indexed.
 var (
-	status200    byte = 0x88 // ":status: 200", static table entry 8
-	ctypeProto        = encodeContentType("application/grpc")
-	headersProto      = append([]byte{status200}, ctypeProto...)
-	trailersOK        = appendField(nil, "grpc-status", "0")
+	status200       byte = 0x88 // ":status: 200", static table entry 8
+	ctypeProto           = encodeContentType("application/grpc")
+	headersProto         = append([]byte{status200}, ctypeProto...)
+	ctypeProtoSub        = encodeContentType("application/grpc+proto") // answers a request's own
+	headersProtoSub      = append([]byte{status200}, ctypeProtoSub...)
+	trailersOK           = appendField(nil, "grpc-status", "0")
 )
 
 func encodeContentType(v string) []byte { return appendField(nil, "content-type", v) }
@@ -96,14 +102,14 @@ func percentEncode(s string) string {
 	return string(out)
 }
 
-// parseTimeout reads a grpc-timeout value: up to 8 digits and a unit.
-func parseTimeout(v string) (time.Duration, bool) {
-	if len(v) < 2 || len(v) > 9 {
-		return 0, false
+// parseTimeout reads a grpc-timeout value: up to 8 digits and a unit. Its
+// errors are grpc-go's.
+func parseTimeout(v string) (time.Duration, error) {
+	if len(v) < 2 {
+		return 0, fmt.Errorf("transport: timeout string is too short: %q", v)
 	}
-	n, err := strconv.ParseInt(v[:len(v)-1], 10, 64)
-	if err != nil || n < 0 {
-		return 0, false
+	if len(v) > 9 {
+		return 0, fmt.Errorf("transport: timeout string is too long: %q", v)
 	}
 	var unit time.Duration
 	switch v[len(v)-1] {
@@ -120,12 +126,16 @@ func parseTimeout(v string) (time.Duration, bool) {
 	case 'n':
 		unit = time.Nanosecond
 	default:
-		return 0, false
+		return 0, fmt.Errorf("transport: timeout unit is not recognized: %q", v)
 	}
-	if n > int64(1<<62)/int64(unit) {
-		return 1 << 62, true
+	n, err := strconv.ParseUint(v[:len(v)-1], 10, 64)
+	if err != nil {
+		return 0, err
 	}
-	return time.Duration(n) * unit, true
+	if n > uint64(1<<62)/uint64(unit) {
+		return 1 << 62, nil
+	}
+	return time.Duration(n) * unit, nil
 }
 
 // settingsFrame is the server's SETTINGS frame: the values grpc-go sends

@@ -102,12 +102,13 @@ func TestParseTimeout(t *testing.T) {
 		{"10s", 0, false},  // units are case-sensitive
 		{"10x", 0, false},  // no such unit
 		{"-1S", 0, false},  // negative
+		{"+1S", 0, false},  // signed
 		{"1.5S", 0, false}, // not an integer
 		{" 1S", 0, false},
 		{"1 S", 0, false},
 	} {
-		got, ok := parseTimeout(tc.in)
-		assert.Equal(t, tc.ok, ok, "%q", tc.in)
+		got, err := parseTimeout(tc.in)
+		assert.Equal(t, tc.ok, err == nil, "%q: %v", tc.in, err)
 		if tc.ok {
 			assert.Equal(t, tc.want, got, "%q", tc.in)
 		}
@@ -122,7 +123,7 @@ func TestContentSubtype(t *testing.T) {
 		{"application/grpc", "", true},
 		{"application/grpc+proto", "proto", true},
 		{"application/grpc+JSON", "json", true},
-		{"application/grpc;charset=utf-8", "", true},
+		{"application/grpc;charset=utf-8", "charset=utf-8", true}, // as grpc-go reads it
 		{"application/grpcx", "", false},
 		{"application/json", "", false},
 		{"", "", false},
