@@ -37,8 +37,7 @@ func HTTP(baseURL string, hc *http.Client) Transport {
 			return nil, err
 		}
 		defer resp.Body.Close()
-		// A response is one Grant per key: bound what is read by the keys asked.
-		b, err := io.ReadAll(io.LimitReader(resp.Body, int64(4096+1024*len(req.Keys))))
+		b, err := io.ReadAll(io.LimitReader(resp.Body, responseLimit(req)))
 		if err != nil {
 			return nil, err
 		}
@@ -64,4 +63,18 @@ func HTTP(baseURL string, hc *http.Client) Transport {
 		}
 		return &out, nil
 	})
+}
+
+// responseLimit bounds what HTTP reads of the answer to req: one Grant per
+// key, each echoing its policy and key. Why per byte of them: names may be
+// up to 1024 bytes, and JSON writes a byte as up to six (\u003c for '<',
+// \ufffd for invalid UTF-8), once in the field and, for the policy, again
+// quoted in a refusal's message; a fixed figure per key cut the answer to
+// long keys, and every renewal failed.
+func responseLimit(req *Request) int64 {
+	n := int64(4096)
+	for i := range req.Keys {
+		n += 2048 + 12*int64(len(req.Keys[i].Policy)+len(req.Keys[i].Key))
+	}
+	return n
 }

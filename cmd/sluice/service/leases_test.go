@@ -72,3 +72,33 @@ func TestLeaseEndpointOff(t *testing.T) {
 	b, _ := json.Marshal(r.body)
 	assert.Contains(t, string(b), "leases are off")
 }
+
+// Keys up to leasealloc.MaxNameLen bytes are valid, and the server echoes
+// each in its grant: the HTTP transport must read the whole answer however
+// long the keys (and their JSON escapes) are, not cut it and fail every
+// renewal.
+func TestLeaseEndpointLongKeys(t *testing.T) {
+	f := leaseFixture(t, true)
+	tr := lease.HTTP(f.ts.URL, f.ts.Client())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		name string
+		unit string
+	}{{"plain", "k"}, {"escaped", "<"}} { // json.Marshal writes '<' as \u003c: six bytes
+		t.Run(c.name, func(t *testing.T) {
+			req := lease.Request{Holder: "long-" + c.name}
+			for i := range 100 {
+				key := fmt.Sprintf("%03d", i) + strings.Repeat(c.unit, 1024-3)
+				req.Keys = append(req.Keys, lease.KeyRequest{Policy: "tenant-a", Key: key, Want: 1})
+			}
+			resp, err := tr.Renew(ctx, &req)
+			require.NoError(t, err)
+			require.Len(t, resp.Keys, 100)
+			for i, g := range resp.Keys {
+				assert.Empty(t, g.Error, "key %d", i)
+				assert.Equal(t, req.Keys[i].Key, g.Key)
+			}
+		})
+	}
+}
