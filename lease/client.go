@@ -236,7 +236,7 @@ func (c *Client) Refresh(ctx context.Context) error {
 		c.nextAt.Store(sent.Add(time.Duration(c.refresh.Load())).UnixNano())
 		return err
 	}
-	if resp.RefreshMS > 0 {
+	if resp.RefreshMS > 0 && resp.RefreshMS <= maxMS { // beyond, it would wrap negative: renewals without a pause
 		c.refresh.Store(int64(time.Duration(resp.RefreshMS) * time.Millisecond))
 	}
 	c.nextAt.Store(sent.Add(time.Duration(c.refresh.Load())).UnixNano())
