@@ -321,6 +321,10 @@ func (o *ServeOptions) config() (service.Config, error) {
 	if o.GRPCLimits.InFlightBytes < int64(o.GRPCLimits.MaxRequestBytes) {
 		return cfg, fmt.Errorf("-grpc-in-flight %d: must be at least -grpc-max-request (%d)", o.GRPCLimits.InFlightBytes, o.GRPCLimits.MaxRequestBytes)
 	}
+	if n := o.GRPCLimits.InFlightBytes / int64(o.GRPCLimits.MaxRequestBytes); n > MaxGRPCInFlightRequests {
+		return cfg, fmt.Errorf("-grpc-in-flight %d admits %d requests of -grpc-max-request %d at once, over the %d maximum",
+			o.GRPCLimits.InFlightBytes, n, o.GRPCLimits.MaxRequestBytes, MaxGRPCInFlightRequests)
+	}
 	cfg.RulesOptions.MergeDomains = o.MergeDomains
 	if len(o.Config) > 0 {
 		if cfg.Rules, err = loadRules(o.Config, cfg.RulesOptions); err != nil {
