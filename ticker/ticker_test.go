@@ -245,3 +245,4 @@ func ExampleTicker() {
 	// tick 2s
 	// tick 3s
 }
+
