@@ -245,4 +245,3 @@ func ExampleTicker() {
 	// tick 2s
 	// tick 3s
 }
-
