@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluice-go/sluice/internal/leasealloc"
 	"github.com/sluice-go/sluice/lease"
 	"github.com/sluice-go/sluice/sched"
 )
@@ -96,6 +98,45 @@ func TestHugeRefreshIgnored(t *testing.T) {
 		require.NoError(t, err)
 		_ = c.Run(rctx)
 		assert.LessOrEqual(t, rpcs, 12, "renewals in 10 s at a 1 s refresh")
+		return nil
+	})
+}
+
+// A caller asking for new keys past the server's limit on keys per request
+// fails those Bucket calls, but must not starve the keys already held:
+// before, each refused renewal moved the next scheduled one an interval
+// later, so new keys asked for more often than the refresh interval kept
+// every held lease from renewing until all had expired (fail closed: every
+// decision denied).
+func TestNewKeysPastTheLimitDoNotStarveHeldKeys(t *testing.T) {
+	a, err := leasealloc.New(leasealloc.Config{
+		Policies: map[string]leasealloc.Policy{"p": {Rate: 100, Burst: 10}},
+		Lease:    20 * sec, Refresh: 5 * sec, NoLearning: true, MaxKeys: 3}, t0)
+	require.NoError(t, err)
+	s := &server{a: a}
+	run(t, func(ctx context.Context) error {
+		c, err := lease.NewClient(ctx, s.transport(), lease.Options{Holder: "r"})
+		require.NoError(t, err)
+		var held []*lease.Bucket
+		for i := range 3 {
+			b, err := c.Bucket(ctx, "p", fmt.Sprint("held-", i))
+			require.NoError(t, err)
+			b.Want(30) // a demand, so each renewal grants a share
+			held = append(held, b)
+		}
+		rctx, stop := context.WithCancel(ctx)
+		defer stop()
+		sched.Daemon(rctx, c.Run)
+		for i := range 60 {
+			require.NoError(t, sched.Sleep(ctx, sec))
+			_, err := c.Bucket(ctx, "p", fmt.Sprint("new-", i))
+			require.ErrorIs(t, err, lease.ErrTooManyKeys)
+		}
+		for i, b := range held {
+			r, _, until := b.Share()
+			assert.Positive(t, r, "held key %d: still leased after 60 s of refused new keys", i)
+			assert.True(t, until.After(sched.Now(ctx)), "held key %d", i)
+		}
 		return nil
 	})
 }
