@@ -102,3 +102,23 @@ func TestLeaseEndpointLongKeys(t *testing.T) {
 		})
 	}
 }
+
+// A request of as many keys as the server takes, each of the most bytes it
+// takes, is read whole whatever characters the keys hold: '&', '<' and '>'
+// (which json.Marshal writes as six bytes each, \u0026) included, as in a
+// key made of a URL's query.
+func TestLeaseEndpointFullRequestOfEscapedKeys(t *testing.T) {
+	f := leaseFixture(t, true)
+	tr := lease.HTTP(f.ts.URL, f.ts.Client())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := lease.Request{Holder: "amp"}
+	for i := range 1000 {
+		req.Keys = append(req.Keys, lease.KeyRequest{Policy: "tenant-a", Key: fmt.Sprintf("%04d", i) + strings.Repeat("&", 1024-4), Want: 0.01})
+	}
+	resp, err := tr.Renew(ctx, &req)
+	require.NoError(t, err)
+	require.Len(t, resp.Keys, 1000)
+	assert.Empty(t, resp.Keys[999].Error)
+	assert.Equal(t, req.Keys[999].Key, resp.Keys[999].Key)
+}
