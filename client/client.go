@@ -193,6 +193,12 @@ func (r *allowReply) decision(status int) (Decision, error) {
 	if r.Allowed == nil {
 		return Decision{}, errors.New(`no "allowed" field`)
 	}
+	if !(r.Remaining >= 0) {
+		// A bucket never holds less than nothing; Store derives a reset
+		// time from it, which a negative figure would take past any
+		// Duration.
+		return Decision{}, fmt.Errorf(`"remaining":%v is negative`, r.Remaining)
+	}
 	d := Decision{Allowed: *r.Allowed, Remaining: r.Remaining, Limit: r.Limit, Rate: r.Rate, Degraded: r.Degraded}
 	if d.Allowed != (status == http.StatusOK) {
 		return Decision{}, fmt.Errorf(`status %d with "allowed":%v`, status, d.Allowed)
