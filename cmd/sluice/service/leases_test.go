@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +124,69 @@ func TestLeaseEndpointFullRequestOfEscapedKeys(t *testing.T) {
 	require.Len(t, resp.Keys, 1000)
 	assert.Empty(t, resp.Keys[999].Error)
 	assert.Equal(t, req.Keys[999].Key, resp.Keys[999].Key)
+}
+
+// gate is a request body that signals its first Read (the handler has
+// begun reading it) and then blocks until released.
+type gate struct {
+	started, release chan struct{}
+	once             bool
+	rest             io.Reader
+}
+
+func (g *gate) Read(p []byte) (int, error) {
+	if !g.once {
+		g.once = true
+		close(g.started)
+		<-g.release
+	}
+	return g.rest.Read(p)
+}
+
+// The bytes of /lease bodies read at once are bounded server-wide
+// (service.DefaultLeaseInFlightBytes, 64 MiB): a body of unknown length
+// counts as the largest a request may be (3,328,000 bytes), one of known
+// length as that length, and a request past the bound is answered 503 at
+// once, before its body is read. Before, every connection could hold
+// 3,328,000 bytes being read, however many connections there were.
+func TestLeaseBodiesInFlightBounded(t *testing.T) {
+	f := leaseFixture(t, true)
+	body := `{"holder":"a","keys":[{"policy":"tenant-a","key":"k","want":1}]}`
+	chunked := func(r io.Reader) *http.Request {
+		req := httptest.NewRequest(http.MethodPost, "/lease", r)
+		req.ContentLength = -1 // as large as a request may be
+		return req
+	}
+	const held = 20 // 20 × 3,328,000 bytes: under 64 MiB; 21 are over
+	var gates []*gate
+	var recs []*httptest.ResponseRecorder
+	var wg sync.WaitGroup
+	for i := range held {
+		g := &gate{started: make(chan struct{}), release: make(chan struct{}),
+			rest: strings.NewReader(strings.Replace(body, `"a"`, fmt.Sprintf(`"h%d"`, i), 1))}
+		rec := httptest.NewRecorder()
+		gates, recs = append(gates, g), append(recs, rec)
+		wg.Go(func() { f.srv.ServeHTTP(rec, chunked(g)) })
+		<-g.started
+	}
+
+	rec := httptest.NewRecorder()
+	f.srv.ServeHTTP(rec, chunked(strings.NewReader(body)))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), `"code":"busy"`)
+	rec = httptest.NewRecorder()
+	f.srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/lease", strings.NewReader(body)))
+	assert.Equal(t, http.StatusOK, rec.Code, "a body of known length counts as its length: %s", rec.Body.String())
+
+	for _, g := range gates {
+		close(g.release)
+	}
+	wg.Wait()
+	for i, r := range recs {
+		assert.Equal(t, http.StatusOK, r.Code, "held request %d: %s", i, r.Body.String())
+	}
+	rec = httptest.NewRecorder()
+	f.srv.ServeHTTP(rec, chunked(strings.NewReader(body)))
+	assert.Equal(t, http.StatusOK, rec.Code, "the held bodies' bytes were given back: %s", rec.Body.String())
+	assert.Contains(t, f.get(t, "/metrics").raw, `sluice_lease_refused_total{code="busy"} 1`)
 }
