@@ -264,8 +264,8 @@ func tlsMode(c *Certs) string {
 // MinSweep is the shortest -sweep. Why a floor: the memory store's calls
 // sweep one of its 256 shards every 256th of the interval, and a whole
 // sweep walks every key, so an interval of nanoseconds made each decision
-// sweep a shard (17 µs a decision instead of 0.2 µs at 200,000 keys) and
-// the store's goroutine sweep without pause.
+// sweep a shard (tens of times the cost of a decision) and the store's
+// goroutine sweep without pause.
 const MinSweep = time.Second
 
 // config checks the flags and builds the service config (without store).
