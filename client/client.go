@@ -123,7 +123,7 @@ func WithFailMode(m store.FailMode) Option { return func(c *Client) { c.fail = m
 // WithJitter sets the largest extra fraction Acquire adds to a retry-after
 // (default 0.1: a wait of 100 ms becomes 100–110 ms), so replicas denied
 // together do not all come back at the same instant. The wait is never
-// shortened.
+// shortened, and the extra is at most MaxRetryWait whatever frac.
 func WithJitter(frac float64) Option { return func(c *Client) { c.jitter = max(0, frac) } }
 
 // WithoutDenyCache makes every Allow ask the service, even for a key it
@@ -192,6 +192,12 @@ type allowReply struct {
 func (r *allowReply) decision(status int) (Decision, error) {
 	if r.Allowed == nil {
 		return Decision{}, errors.New(`no "allowed" field`)
+	}
+	if !(r.Remaining >= 0) {
+		// A bucket never holds less than nothing; Store derives a reset
+		// time from it, which a negative figure would take past any
+		// Duration.
+		return Decision{}, fmt.Errorf(`"remaining":%v is negative`, r.Remaining)
 	}
 	d := Decision{Allowed: *r.Allowed, Remaining: r.Remaining, Limit: r.Limit, Rate: r.Rate, Degraded: r.Degraded}
 	if d.Allowed != (status == http.StatusOK) {
@@ -322,7 +328,14 @@ func (c *Client) Acquire(ctx context.Context, key string, n int64) error {
 		}
 		wait := min(max(d.RetryAfter, MinRetryWait), MaxRetryWait)
 		if c.jitter > 0 {
-			wait += time.Duration(rand.Float64() * c.jitter * float64(wait))
+			// Why capped in float: a large jitter (or +Inf) times the wait
+			// is past any Duration, and converted it wrapped into a
+			// negative wait that Sleep refused.
+			if extra := rand.Float64() * c.jitter * float64(wait); extra < float64(MaxRetryWait) {
+				wait += time.Duration(extra)
+			} else { // NaN (0·Inf) lands here too
+				wait += MaxRetryWait
+			}
 		}
 		// A retry-after longer than one wait still has to pass in full.
 		need := max(wait, d.RetryAfter)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"sync"
@@ -279,6 +280,26 @@ func (b *Bucket) report(now time.Time) KeyRequest {
 	return kr
 }
 
+// maxMS is the most milliseconds a Duration holds: a server's expires_ms
+// or refresh_ms above it would wrap.
+const maxMS = int64(math.MaxInt64 / time.Millisecond)
+
+// checkGrant reports why a grant's numbers cannot be a share: a rate that
+// is not finite or is negative (or is more thousandths than an int64
+// holds), a negative burst, an expiry that is not positive or does not fit
+// a Duration.
+func checkGrant(g *Grant) error {
+	switch {
+	case !(g.Rate >= 0 && g.Rate <= 1e12): // !(…) catches NaN
+		return fmt.Errorf("lease: server granted rate %v for policy %q key %.40q: want a finite rate ≥ 0", g.Rate, g.Policy, g.Key)
+	case g.Burst < 0:
+		return fmt.Errorf("lease: server granted burst %d for policy %q key %.40q: want ≥ 0", g.Burst, g.Policy, g.Key)
+	case g.ExpiresMS <= 0 || g.ExpiresMS > maxMS:
+		return fmt.Errorf("lease: server granted expires_ms %d for policy %q key %.40q: want 1 to %d", g.ExpiresMS, g.Policy, g.Key, maxMS)
+	}
+	return nil
+}
+
 // apply takes the server's answer to a renewal sent at sent, reporting
 // whether the bucket is done (given back).
 func (b *Bucket) apply(sent time.Time, kr *KeyRequest, g *Grant) bool {
@@ -295,6 +316,14 @@ func (b *Bucket) apply(sent time.Time, kr *KeyRequest, g *Grant) bool {
 			// expired there, so here too): ask afresh next time.
 			b.token, b.seq = "", 0
 		}
+		return false
+	}
+	if err := checkGrant(g); err != nil {
+		// Why refuse and keep the share in force: a negative rate or burst
+		// would wrap in the unsigned refill into a bucket without bound,
+		// and an expiry past a Duration into any instant; the share held
+		// ends at its own expiry if no good grant comes.
+		b.err = err
 		return false
 	}
 	b.err = nil

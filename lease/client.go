@@ -233,10 +233,19 @@ func (c *Client) Refresh(ctx context.Context) error {
 	}
 	if err != nil {
 		c.failures.Add(1)
-		c.nextAt.Store(sent.Add(time.Duration(c.refresh.Load())).UnixNano())
+		next := sent.Add(time.Duration(c.refresh.Load())).UnixNano()
+		if due := c.nextAt.Load(); due > sent.UnixNano() && due < next {
+			// A renewal out of turn failed (a new key's, from Bucket):
+			// the one due keeps its time. Why: moved an interval later at
+			// each such failure, it never came while new keys the server
+			// refuses (too many keys) were asked for more often than that,
+			// and every lease held expired.
+			next = due
+		}
+		c.nextAt.Store(next)
 		return err
 	}
-	if resp.RefreshMS > 0 {
+	if resp.RefreshMS > 0 && resp.RefreshMS <= maxMS { // beyond, it would wrap negative: renewals without a pause
 		c.refresh.Store(int64(time.Duration(resp.RefreshMS) * time.Millisecond))
 	}
 	c.nextAt.Store(sent.Add(time.Duration(c.refresh.Load())).UnixNano())

@@ -118,6 +118,10 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("rate %v: above 1e9 tokens per second", p.Rate)
 	case p.Burst < 1:
 		return fmt.Errorf("burst %d: must be at least 1", p.Burst)
+	case float64(time.Second)/p.Rate >= float64(MaxTolerance):
+		// Before Interval, whose conversion of a quotient past any
+		// Duration is undefined (it wraps negative on amd64).
+		return fmt.Errorf("rate %v: one token would take %.4gs to refill, over the %v maximum", p.Rate, 1/p.Rate, MaxTolerance)
 	case p.Interval() < 1:
 		return fmt.Errorf("rate %v: emission interval rounds to zero", p.Rate)
 	case float64(p.Burst)*float64(p.Interval()) >= float64(MaxTolerance):

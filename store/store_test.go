@@ -22,6 +22,15 @@ func TestPolicyValidate(t *testing.T) {
 	} {
 		assert.Error(t, p.Validate(), "%+v", p)
 	}
+	// A rate so small that one token's interval does not fit a Duration is
+	// refused for that, not for an interval that "rounds to zero" (the
+	// conversion's wrapped value).
+	for _, r := range []float64{1e-10, 1e-300, 5e-324} {
+		err := store.Policy{Rate: r, Burst: 1}.Validate()
+		require.Error(t, err, "rate %v", r)
+		assert.NotContains(t, err.Error(), "rounds to zero", "rate %v", r)
+		assert.Contains(t, err.Error(), "over the", "rate %v", r)
+	}
 	assert.Equal(t, 100*time.Millisecond, store.Policy{Rate: 10}.Interval())
 	assert.Equal(t, 2*time.Second, store.Policy{Rate: 0.5}.Interval())
 	assert.Equal(t, time.Second, store.Policy{Rate: 10, Burst: 10}.Tolerance())

@@ -145,7 +145,15 @@ func (g *grid) passed(now time.Time) int64 {
 	return int64(now.Sub(g.start) / g.period)
 }
 
-func (g *grid) boundary(k int64) time.Time { return g.start.Add(time.Duration(k) * g.period) }
+func (g *grid) boundary(k int64) time.Time {
+	d := time.Duration(k) * g.period
+	if k > 1 && d/time.Duration(k) != g.period {
+		// k·period wrapped (a period of decades, k past 2^63 ns): step a
+		// period from the boundary before, which time.Time holds.
+		return g.boundary(k - 1).Add(g.period)
+	}
+	return g.start.Add(d)
+}
 
 func (g *grid) Now() time.Time { return g.clock.Now() }
 

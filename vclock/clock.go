@@ -153,6 +153,9 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 	c.mu.Lock()
 	target := c.now + d
+	if target < c.now { // overflow: saturate, as arm does a deadline
+		target = 1<<63 - 1
+	}
 	c.mu.Unlock()
 	c.advanceTo(target)
 }

@@ -180,3 +180,18 @@ func TestManyTimersFireInOrder(t *testing.T) {
 		require.True(t, a.when < b.when || (a.when == b.when && a.seq < b.seq), "%v before %v", a, b)
 	}
 }
+
+// Advance by a d that takes the clock past the largest offset saturates
+// there, as AfterFunc's deadlines do: every timer armed fires. Before,
+// now + d wrapped negative and Advance fired nothing and stayed put.
+func TestAdvancePastTheEndSaturates(t *testing.T) {
+	c := vclock.New(time.Time{})
+	c.Advance(time.Second)
+	fired := 0
+	c.AfterFunc(time.Hour, func() { fired++ })
+	c.AfterFunc(1<<63-1, func() { fired++ }) // saturated at the largest offset
+	c.Advance(1<<63 - 1)
+	assert.Equal(t, 2, fired, "both timers are within the advance")
+	assert.Zero(t, c.Pending())
+	assert.True(t, c.Now().After(vclock.Epoch().Add(time.Hour)), "time moved forward")
+}

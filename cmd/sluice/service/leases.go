@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,9 +37,21 @@ type LeaseConfig struct {
 	// the first one ever started. A restarted server must learn: for one
 	// lease length it grants only what renewing replicas show it holds.
 	NoLearning bool
+	// MaxInFlightBytes bounds the bytes of POST /lease bodies being read
+	// at once, server-wide (zero: DefaultLeaseInFlightBytes); a body of
+	// unknown length counts as the largest a request may be. A request
+	// past it is answered 503 (code "busy") before its body is read.
+	MaxInFlightBytes int64
 	// Now is the clock (default time.Now); tests pass their own.
 	Now func() time.Time
 }
+
+// DefaultLeaseInFlightBytes is LeaseConfig.MaxInFlightBytes when it is
+// left zero: 64 MiB, as the gRPC port's -grpc-in-flight. Why a bound: a
+// lease request may be 3,328,000 bytes (1,000 keys of three 1,024-byte
+// names) and takes up to BodyTimeout to arrive, so without one each
+// connection, and connections are not capped, could hold that much.
+const DefaultLeaseInFlightBytes = 64 << 20
 
 // leases is a Server's lease allocator and its metrics.
 type leases struct {
@@ -48,6 +61,9 @@ type leases struct {
 
 	mu        sync.Mutex
 	lastSweep time.Time // guarded by mu
+
+	inFlight    atomic.Int64 // bytes of /lease bodies being read, as reserved
+	maxInFlight int64
 
 	renewals prometheus.Counter
 	refused  *prometheus.CounterVec // code
@@ -74,14 +90,21 @@ func (s *Server) initLeases(c *LeaseConfig) error {
 	if err != nil {
 		return fmt.Errorf("service: leases: %w", err)
 	}
-	l := &leases{alloc: a, now: now, sweep: a.Config().Lease, lastSweep: now(),
+	if c.MaxInFlightBytes < 0 {
+		return fmt.Errorf("service: leases: MaxInFlightBytes %d: must not be negative", c.MaxInFlightBytes)
+	}
+	maxInFlight := c.MaxInFlightBytes
+	if maxInFlight == 0 {
+		maxInFlight = DefaultLeaseInFlightBytes
+	}
+	l := &leases{alloc: a, now: now, sweep: a.Config().Lease, lastSweep: now(), maxInFlight: maxInFlight,
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_lease_renewals_total",
 			Help: "Lease requests answered (each renews all the keys of one replica).",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_lease_refused_total",
-			Help: "Lease keys or whole requests refused, by code (bad_request, bad_demand, unknown_policy, too_many_keys, too_many_holders, not_held).",
+			Help: "Lease keys or whole requests refused, by code (bad_request, bad_demand, unknown_policy, too_many_keys, too_many_holders, not_held, busy).",
 		}, []string{"code"}),
 	}
 	holders := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -109,11 +132,25 @@ func (s *Server) handleLease(w http.ResponseWriter, r *http.Request) {
 	if s.clients != nil && !s.allowHTTP(w, r) {
 		return
 	}
+	// A request carries at most MaxKeys keys of at most three names each.
+	limit := int64(leasealloc.DefaultMaxKeys) * (3*leasealloc.MaxNameLen + 256)
+	// Reserve the body's bytes before reading it: its length when known
+	// (the server reads no more), else the most a request may be.
+	n := limit
+	if 0 <= r.ContentLength && r.ContentLength < limit {
+		n = r.ContentLength
+	}
+	if s.leases.inFlight.Add(n) > s.leases.maxInFlight {
+		s.leases.inFlight.Add(-n)
+		s.leases.refused.WithLabelValues("busy").Inc()
+		w.Header().Set("Retry-After", "1")
+		s.failCode(w, http.StatusServiceUnavailable, "busy", "lease requests being read pass %d bytes; retry", s.leases.maxInFlight)
+		return
+	}
+	defer s.leases.inFlight.Add(-n)
 	if r.ContentLength != 0 {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
 	}
-	// A request carries at most MaxKeys keys of at most three names each.
-	limit := int64(leasealloc.DefaultMaxKeys) * (3*leasealloc.MaxNameLen + 256)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError

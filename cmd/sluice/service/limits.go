@@ -6,6 +6,7 @@
 package service
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -60,12 +61,18 @@ func parseLimit(entry string, i int) (store.Policy, string, error) {
 	}
 	rateS, burstS, hasBurst := strings.Cut(spec, ":")
 	rate, err := strconv.ParseFloat(strings.TrimSpace(rateS), 64)
+	if errors.Is(err, strconv.ErrRange) { // a number past what a float64 holds: ±Inf
+		return store.Policy{}, "", fmt.Errorf("rate %q is out of range (at most 1e9 tokens per second)", rateS)
+	}
 	if err != nil {
 		return store.Policy{}, "", fmt.Errorf("rate %q is not a number", rateS)
 	}
 	var burst int64
 	if hasBurst {
 		burst, err = strconv.ParseInt(strings.TrimSpace(burstS), 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return store.Policy{}, "", fmt.Errorf("burst %q is out of range (a whole number past int64)", burstS)
+		}
 		if err != nil {
 			return store.Policy{}, "", fmt.Errorf("burst %q is not a whole number", burstS)
 		}

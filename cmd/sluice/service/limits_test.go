@@ -62,6 +62,8 @@ func TestParseLimitsErrorsNameTheEntry(t *testing.T) {
 		"=1:1":                            `entry 1 "=1:1": empty key`,
 		"a=x:1":                           `rate "x" is not a number`,
 		"a=1:x":                           `burst "x" is not a whole number`,
+		"a=1:99999999999999999999":        `burst "99999999999999999999" is out of range`,
+		"a=1e999:1":                       `rate "1e999" is out of range`,
 		"a=1:1.5":                         `burst "1.5"`,
 		"a=0:1":                           `rate 0`,
 		"a=-1:1":                          `rate -1`,

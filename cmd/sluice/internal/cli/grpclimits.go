@@ -34,6 +34,12 @@ const (
 	// each counted at MaxRequestBytes: 64 MiB, 1024 streams at the default
 	// request size.
 	DefaultGRPCInFlightBytes = 64 << 20
+	// MaxGRPCInFlightRequests bounds InFlightBytes / MaxRequestBytes, the
+	// requests in flight at once. Why: the budget keeps a place (8 bytes)
+	// per request, allocated up front and swept in turn; a tiny request
+	// size under a huge in-flight figure (taken for "no limit") asked for
+	// gigabytes, or more than the host has, at start.
+	MaxGRPCInFlightRequests = 1 << 20
 	// DefaultGRPCIdleTimeout closes a connection without streams for this
 	// long, as the HTTP port's IdleTimeout.
 	DefaultGRPCIdleTimeout = 2 * time.Minute
@@ -104,6 +110,10 @@ func (l GRPCLimits) withDefaults() (GRPCLimits, error) {
 	}
 	if l.InFlightBytes < int64(l.MaxRequestBytes) {
 		return l, fmt.Errorf("gRPC in-flight bytes %d: below the max request size %d, no request could come in", l.InFlightBytes, l.MaxRequestBytes)
+	}
+	if n := l.InFlightBytes / int64(l.MaxRequestBytes); n > MaxGRPCInFlightRequests {
+		return l, fmt.Errorf("gRPC in-flight bytes %d admit %d requests of %d bytes at once, over the %d maximum",
+			l.InFlightBytes, n, l.MaxRequestBytes, MaxGRPCInFlightRequests)
 	}
 	return l, nil
 }

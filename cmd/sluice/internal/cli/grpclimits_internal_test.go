@@ -34,6 +34,9 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 		{"-grpc-max-request", "-1"}:   `-grpc-max-request -1: must be positive`,
 		{"-grpc-max-streams", "1e10"}: `want a number of streams`,
 		{"-grpc-transport", "h2"}:     `-grpc-transport "h2": want sluice or grpc-go`,
+		// 64 MiB of 1-byte requests: 67,108,864 places, each a slot the
+		// budget allocated up front (512 MiB) and swept in turn.
+		{"-grpc-max-request", "1"}: `-grpc-in-flight 67108864 admits 67108864 requests of -grpc-max-request 1 at once, over the 1048576 maximum`,
 	} {
 		_, err := parse(args[0], args[1])
 		require.Error(t, err, "%v", args)
@@ -56,6 +59,7 @@ func TestGRPCLimitsDefaults(t *testing.T) {
 		{GRPCLimits{InFlightBytes: -1}, "in-flight bytes -1"},
 		{GRPCLimits{IdleTimeout: -time.Second}, "idle timeout -1s"},
 		{GRPCLimits{MaxRequestBytes: 100, InFlightBytes: 99}, "in-flight bytes 99: below the max request size 100"},
+		{GRPCLimits{MaxRequestBytes: 1, InFlightBytes: 1 << 40}, "in-flight bytes 1099511627776 admit 1099511627776 requests of 1 bytes at once, over the 1048576 maximum"},
 	} {
 		_, err := c.l.withDefaults()
 		require.Error(t, err, "%+v", c.l)

@@ -148,3 +148,22 @@ func TestRulesReloadLoop(t *testing.T) {
 		assert.Equal(t, [3]float64{2, 3, 1}, state(), "removed file's rules gone")
 	})
 }
+
+// -sweep is 0 (off) or at least MinSweep: a sweep interval of nanoseconds
+// made the memory store's calls sweep a shard each, and a negative one was
+// taken for 0.
+func TestServeSweepFlag(t *testing.T) {
+	for _, v := range []string{"0", "1s", "1m"} {
+		_, err := serveOptions(t, "-sweep", v)
+		require.NoError(t, err, v)
+	}
+	for v, want := range map[string]string{
+		"1ns":   "-sweep 1ns: below the 1s minimum",
+		"999ms": "-sweep 999ms: below the 1s minimum",
+		"-1m":   "-sweep -1m0s: must not be negative",
+	} {
+		_, err := serveOptions(t, "-sweep", v)
+		require.Error(t, err, v)
+		assert.Contains(t, err.Error(), want, v)
+	}
+}

@@ -72,7 +72,7 @@ func serveFlags(o *ServeOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&o.Rate, "rate", 10, "tokens per second for keys not in -limits (fractional allowed)")
 	fs.Int64Var(&o.Burst, "burst", 10, "bucket size for keys not in -limits")
 	fs.StringVar(&o.Limits, "limits", "", `per-key overrides "KEY=RATE:BURST,..." (e.g. "tenant-a=100:200,tenant-b=5:5")`)
-	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables")
+	fs.DurationVar(&o.Sweep, "sweep", time.Minute, "memory store: how often idle (full) buckets are dropped; 0 disables, else at least 1s")
 	fs.StringVar(&o.Store, "store", DefaultStore, "where buckets live: memory, shm (files in the user's runtime dir, shared by every serve on the host), shm:DIR, redis://HOST:PORT/DB, rediscluster://HOST:PORT[?addr=HOST:PORT...], redis-sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB] (user:password@ before HOST for Redis AUTH)")
 	fs.IntVar(&o.ShmSlots, "shm-slots", sharedbucket.DefaultSlots,
 		"shm store: keys each policy's table holds at once (rounded up to a power of two; every serve sharing the tables must agree)")
@@ -261,6 +261,13 @@ func tlsMode(c *Certs) string {
 	return "on"
 }
 
+// MinSweep is the shortest -sweep. Why a floor: the memory store's calls
+// sweep one of its 256 shards every 256th of the interval, and a whole
+// sweep walks every key, so an interval of nanoseconds made each decision
+// sweep a shard (tens of times the cost of a decision) and the store's
+// goroutine sweep without pause.
+const MinSweep = time.Second
+
 // config checks the flags and builds the service config (without store).
 func (o *ServeOptions) config() (service.Config, error) {
 	var cfg service.Config
@@ -305,6 +312,12 @@ func (o *ServeOptions) config() (service.Config, error) {
 		cfg.MaxOverrides = o.MaxOverrides
 	}
 	switch {
+	case o.Sweep < 0:
+		return cfg, fmt.Errorf("-sweep %v: must not be negative (0 turns sweeping off)", o.Sweep)
+	case o.Sweep > 0 && o.Sweep < MinSweep:
+		return cfg, fmt.Errorf("-sweep %v: below the %v minimum (0 turns sweeping off)", o.Sweep, MinSweep)
+	}
+	switch {
 	case o.ConfigPoll < 0:
 		return cfg, fmt.Errorf("-config-poll %v: must not be negative", o.ConfigPoll)
 	case o.ConfigPoll > 0 && len(o.Config) == 0:
@@ -320,6 +333,10 @@ func (o *ServeOptions) config() (service.Config, error) {
 	}
 	if o.GRPCLimits.InFlightBytes < int64(o.GRPCLimits.MaxRequestBytes) {
 		return cfg, fmt.Errorf("-grpc-in-flight %d: must be at least -grpc-max-request (%d)", o.GRPCLimits.InFlightBytes, o.GRPCLimits.MaxRequestBytes)
+	}
+	if n := o.GRPCLimits.InFlightBytes / int64(o.GRPCLimits.MaxRequestBytes); n > MaxGRPCInFlightRequests {
+		return cfg, fmt.Errorf("-grpc-in-flight %d admits %d requests of -grpc-max-request %d at once, over the %d maximum",
+			o.GRPCLimits.InFlightBytes, n, o.GRPCLimits.MaxRequestBytes, MaxGRPCInFlightRequests)
 	}
 	cfg.RulesOptions.MergeDomains = o.MergeDomains
 	if len(o.Config) > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -125,6 +126,43 @@ func TestAcquireWaitsRetryAfter(t *testing.T) {
 		require.NoError(t, c.Acquire(ctx, "k", 2), "n=2 waits for two tokens")
 		assert.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond)
 	})
+}
+
+// capped is a RoundTripper that cancels a test's context once it has
+// carried max requests, so that a client asking in a loop ends the test
+// instead of hanging it.
+type capped struct {
+	rt     *inProcess
+	max    int64
+	cancel context.CancelFunc
+}
+
+func (c *capped) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.rt.calls.Load() >= c.max {
+		c.cancel()
+	}
+	return c.rt.RoundTrip(req)
+}
+
+// A jitter too large for the wait to stay a Duration (here +Inf) still
+// never shortens the wait: the extra is capped at MaxRetryWait. Before, it
+// wrapped to a negative wait and Acquire asked again without sleeping.
+func TestAcquireHugeJitter(t *testing.T) {
+	for _, j := range []float64{math.Inf(1), 1e12} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			rt := &inProcess{h: newService(t, "k=10:1")}
+			c := newClient(t, &capped{rt: rt, max: 100, cancel: cancel}, client.WithJitter(j), client.WithoutDenyCache())
+			require.NoError(t, c.Acquire(ctx, "k", 1))
+			start := time.Now()
+			require.NoError(t, c.Acquire(ctx, "k", 1), "jitter %v", j)
+			waited := time.Since(start)
+			assert.GreaterOrEqual(t, waited, 100*time.Millisecond, "jitter %v: never earlier than the retry-after", j)
+			assert.LessOrEqual(t, waited, 100*time.Millisecond+client.MaxRetryWait, "jitter %v: the extra is at most MaxRetryWait", j)
+			assert.LessOrEqual(t, rt.calls.Load(), int64(3), "jitter %v: one wait, not a loop of asks", j)
+		})
+	}
 }
 
 func TestAcquireGivesUpAtOnceBeforeDeadline(t *testing.T) {

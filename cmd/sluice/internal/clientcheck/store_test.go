@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -103,5 +104,21 @@ func TestStoreDegraded(t *testing.T) {
 			assert.ErrorContains(t, err, "store unavailable")
 			assert.ErrorIs(t, st.Ping(context.Background()), client.ErrUnavailable)
 		}
+	})
+}
+
+// A reply whose "remaining" is negative (no service sends one: a bucket
+// never holds less than nothing) is unusable, not turned into a reset time:
+// (limit − remaining)/rate of -1e300 passed any Duration and the
+// conversion wrapped it.
+func TestStoreNegativeRemaining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, `{"allowed":true,"remaining":-1e300,"limit":10,"rate":10}`)
+		})
+		st := newClient(t, &inProcess{h: h}).Store()
+		r, err := st.Allow(context.Background(), "k", 1, store.Policy{Name: "k", Rate: 10, Burst: 10})
+		require.ErrorIs(t, err, client.ErrUnavailable, "got %+v", r)
+		assert.ErrorContains(t, err, "remaining")
 	})
 }
