@@ -48,7 +48,7 @@ func (s *Store) AllowEach(ctx context.Context, reqs []store.Request, out []store
 	if len(cs) == 0 {
 		return
 	}
-	s.pl.doEach(ctx, s.client, cs, ce)
+	s.pl.doEach(ctx, s.conn, cs, ce)
 	for j, c := range cs {
 		i := at[j]
 		if ce[j] != nil {

@@ -28,7 +28,12 @@ import (
 // Redis per decision, from INFO commandstats): the sluice-redisstore 1g
 // row, a script call per decision, against the 16g row, the calls in
 // flight at once in one script call (docs/benchmarks.md).
-func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
+func exec(ctx context.Context, cn *conn, batch []*call) {
+	if cn.fast != nil {
+		cn.fast.exec(ctx, batch)
+		return
+	}
+	c := cn.c
 	if len(batch) == 1 {
 		// Alone: a plain command, which costs go-redis less than a
 		// pipeline of one.
@@ -217,18 +222,30 @@ func args(calls []*call) []any {
 	return a
 }
 
-// answer hands each of s's calls its share of the reply: one integer for
-// one call, else one per call, in the order of s's arguments.
+// answer hands each of s's calls its share of the reply in s.cmd (see
+// deliver).
 func (s *script) answer() {
 	if s.n == 1 {
-		b := s.calls[0][0]
-		b.v, b.err = s.cmd.Int64()
-		b.finish()
+		v, err := s.cmd.Int64()
+		s.deliver(v, nil, err)
 		return
 	}
 	v, err := s.cmd.Int64Slice()
-	if err == nil && len(v) != s.n {
-		err = fmt.Errorf("script returned %d values for %d requests", len(v), s.n)
+	s.deliver(0, v, err)
+}
+
+// deliver hands each of s's calls its share of the reply: for one call
+// the integer one, else one of vs per call, in the order of s's
+// arguments; or err to each.
+func (s *script) deliver(one int64, vs []int64, err error) {
+	if s.n == 1 {
+		b := s.calls[0][0]
+		b.v, b.err = one, err
+		b.finish()
+		return
+	}
+	if err == nil && len(vs) != s.n {
+		err = fmt.Errorf("script returned %d values for %d requests", len(vs), s.n)
 	}
 	i := 0
 	for _, calls := range s.calls {
@@ -236,7 +253,7 @@ func (s *script) answer() {
 			if err != nil {
 				b.err = err
 			} else {
-				b.v = v[i]
+				b.v = vs[i]
 			}
 			i++
 			b.finish()
