@@ -93,6 +93,33 @@ func (f *fast) client() (rueidis.Client, error) {
 	return c, nil
 }
 
+// drop closes c and makes the next call dial a fresh client, unless that
+// has happened already. Why the whole client, on any error that is neither
+// Redis's answer nor the caller's context: measured, a rueidis client whose
+// connection broke (a Redis killed and restarted) could answer a call or
+// two after Redis was back with the old connection's error, where the
+// service expects the first call after its breaker's probe gets through to
+// be answered. Calls in flight on c's other connections fail with it, and
+// are answered per -fail, as on the broken one.
+func (f *fast) drop(c rueidis.Client) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur := f.c.Load(); cur != nil && cur.Client == c {
+		f.c.Store(nil)
+		c.Close()
+	}
+}
+
+// broken reports whether err says the connection failed: not Redis's own
+// answer, nor the caller's context ending.
+func broken(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	_, isRedis := rueidis.IsRedisErr(err)
+	return !isRedis
+}
+
 // close closes the client, if one was dialed; calls on it then fail.
 func (f *fast) close() {
 	f.mu.Lock()
@@ -144,6 +171,12 @@ func (f *fast) exec(ctx context.Context, batch []*call) {
 		}
 		for j, r := range do(ctx, c, len(again), eval) {
 			res[again[j]] = r
+		}
+	}
+	for i := range res {
+		if broken(res[i].Error()) {
+			f.drop(c)
+			break
 		}
 	}
 	for i := range scripts {
