@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
 )
 
 // Decisions in flight at once share round trips: each Allow queues its
