@@ -14,10 +14,16 @@
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
 //
+// Clients: go-redis (github.com/redis/go-redis/v9) for Sentinel, Cluster and
+// New's stores, and for every store's Ping, Keys and DecideAll; a store from
+// Open (one node) sends its decisions through rueidis
+// (github.com/redis/rueidis), which costs less CPU per decision under
+// concurrent load (see fast.go).
+//
 // Failures: a call that times out is never replayed, because Redis may have
-// applied it; go-redis's command retries and dial retries are off, so the
-// only retry is EVAL after NOSCRIPT (the script was not there, so nothing
-// ran). Callers decide what an error means (sluice serve's -fail); wrap the
+// applied it; both clients' command retries and go-redis's dial retries are
+// off, so the only retry is EVAL after NOSCRIPT (the script was not there,
+// so nothing ran). Callers decide what an error means (sluice serve's -fail); wrap the
 // store in store.NewBreaker so that an outage costs callers nothing while a
 // background probe waits for Redis to return.
 package redisstore
@@ -49,8 +55,8 @@ var gcraSHA = redis.NewScript(gcraLua).Hash()
 // KeyPrefix starts every key the store writes.
 const KeyPrefix = "sluice:"
 
-// Store is a store.Store over a go-redis client (single node, Sentinel
-// failover or Cluster). Safe for concurrent use; the zero value is not usable
+// Store is a store.Store over Redis (single node, Sentinel failover or
+// Cluster). Safe for concurrent use; the zero value is not usable
 // (use Open, OpenCluster or New). Allow blocks for one round trip, bounded by
 // ctx and the client's timeouts, and on a store from Open or OpenCluster by
 // the timeout (WithTimeout) from the call's start, its wait for a shared
@@ -96,7 +102,7 @@ type Option func(*options)
 
 type options struct{ timeout time.Duration }
 
-// WithTimeout sets go-redis's dial, read and write timeouts (default
+// WithTimeout sets the clients' dial, read and write timeouts (default
 // DefaultTimeout; `sluice serve` passes -store-timeout), and the bound on
 // each Allow from its start to its answer, queueing for a shared round trip
 // included. A URL that sets dial_timeout, read_timeout or write_timeout keeps
@@ -104,7 +110,9 @@ type options struct{ timeout time.Duration }
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Open connects to the Redis a URL names ("redis://[user:pass@]HOST:PORT/DB",
-// "rediss://" for TLS, with go-redis's query options). Nothing is ever
+// "rediss://" for TLS, with go-redis's query options). Its decisions go
+// through rueidis with the same address, credentials, database, TLS and
+// timeouts (a Unix socket keeps go-redis for them). Nothing is ever
 // replayed: go-redis's command retries are off (MaxRetries −1), because after
 // a network error the script may already have run and replaying it would
 // charge twice; a failed dial is not retried either (DialerRetries 1), so a
