@@ -22,7 +22,7 @@ func batchOf(keys []string, calls []int) []*call {
 		added := false
 		for k, key := range keys {
 			if round < calls[k] {
-				batch = append(batch, &call{keys: []string{key}, args: []any{int64(1000), int64(1e9)}, done: make(chan struct{}, 1)})
+				batch = append(batch, &call{keys: []string{key}, inc: 1000, tau: 1e9, args: make([]any, 2), done: make(chan struct{}, 1)})
 				added = true
 			}
 		}
@@ -136,7 +136,8 @@ func TestPlan(t *testing.T) {
 		}
 		if len(s.keys) > 1 {
 			assert.Equal(t, []string{Key("tag}1"), Key("tag}2"), Key("tag}3")}, s.keys, "queue order within a slot")
-			assert.Equal(t, []any{2, int64(1000), int64(1e9), int64(1000), int64(1e9), 1, int64(1000), int64(1e9), 1, int64(1000), int64(1e9)}, s.args)
+			assert.Equal(t, []any{2, int64(1000), int64(1e9), int64(1000), int64(1e9), 1, int64(1000), int64(1e9), 1, int64(1000), int64(1e9)}, s.goArgs())
+			assert.Equal(t, []string{"2", "1000", "1000000000", "1000", "1000000000", "1", "1000", "1000000000", "1", "1000", "1000000000"}, s.strArgs(), "the same for rueidis")
 		}
 	}
 }

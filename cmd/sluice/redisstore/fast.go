@@ -155,7 +155,7 @@ func (f *fast) exec(ctx context.Context, batch []*call) {
 	}
 	evalsha := func(i int) rueidis.Completed {
 		s := &scripts[i]
-		return c.B().Evalsha().Sha1(gcraSHA).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(strArgs(s.args)...).Build()
+		return c.B().Evalsha().Sha1(gcraSHA).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.strArgs()...).Build()
 	}
 	res := do(ctx, c, len(scripts), evalsha)
 	var again []int // script calls answered NOSCRIPT: nothing ran
@@ -167,7 +167,7 @@ func (f *fast) exec(ctx context.Context, batch []*call) {
 	if len(again) > 0 {
 		eval := func(j int) rueidis.Completed {
 			s := &scripts[again[j]]
-			return c.B().Eval().Script(gcraLua).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(strArgs(s.args)...).Build()
+			return c.B().Eval().Script(gcraLua).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.strArgs()...).Build()
 		}
 		for j, r := range do(ctx, c, len(again), eval) {
 			res[again[j]] = r
@@ -204,19 +204,34 @@ func do(ctx context.Context, c rueidis.Client, n int, cmd func(i int) rueidis.Co
 	return c.DoMulti(ctx, cmds...)
 }
 
-// strArgs formats a script call's arguments (see newScript: int64 pairs
-// and int counts) as rueidis takes them.
-func strArgs(args []any) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case int64:
-			out[i] = strconv.FormatInt(v, 10)
-		case int:
-			out[i] = strconv.Itoa(v)
-		default:
-			panic(errors.New("redisstore: script argument of an unexpected type")) // newScript makes only these
+// strArgs is s's arguments as rueidis takes them, in goArgs' order.
+func (s *script) strArgs() []string {
+	var a []string
+	if len(s.calls) == 1 {
+		a = make([]string, 0, 2*s.n)
+	} else {
+		a = make([]string, 0, len(s.calls)+2*s.n)
+	}
+	for _, cs := range s.calls {
+		if len(s.calls) > 1 {
+			a = append(a, strconv.Itoa(len(cs)))
+		}
+		for _, b := range cs {
+			inc, tau := b.strs()
+			a = append(a, inc, tau)
 		}
 	}
-	return out
+	return a
+}
+
+// strs returns c.inc and c.tau formatted, formatting them again only when
+// they changed since c's last use. Why: a pooled call mostly carries the
+// same policy's figures again, and formatting them is two allocations a
+// decision that go-redis's path does not make.
+func (c *call) strs() (string, string) {
+	if c.strOf != [2]int64{c.inc, c.tau} {
+		c.str = [2]string{strconv.FormatInt(c.inc, 10), strconv.FormatInt(c.tau, 10)}
+		c.strOf = [2]int64{c.inc, c.tau}
+	}
+	return c.str[0], c.str[1]
 }

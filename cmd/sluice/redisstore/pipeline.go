@@ -54,10 +54,16 @@ const maxBatch = 512
 
 // call is one decision waiting for its reply.
 type call struct {
-	keys []string
-	args []any
-	v    int64 // the script's reply
-	err  error
+	keys     []string
+	inc, tau int64 // the request: cost·T and burst·T, in ns (see gcra.lua)
+	args     []any // inc and tau for go-redis (see goArgs)
+	// inc and tau as rueidis takes them, and the figures they were
+	// formatted from (see strs); a pooled call mostly serves the same
+	// policy again.
+	str   [2]string
+	strOf [2]int64
+	v     int64 // the script's reply
+	err   error
 	// done receives once per use: when v and err are set (state answered)
 	// or when the call's bound has passed (state expired), whichever wins
 	// state's CAS from waiting.

@@ -256,7 +256,7 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 	inc, tau := cost*T, p.Burst*T
 	c := callPool.Get().(*call)
 	c.keys[0] = Key(key)
-	c.args[0], c.args[1] = inc, tau
+	c.inc, c.tau = inc, tau
 	if err := s.pl.do(ctx, s.conn, c); err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: %w", err) // c stays the flusher's
 	}

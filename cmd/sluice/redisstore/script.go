@@ -38,6 +38,7 @@ func exec(ctx context.Context, cn *conn, batch []*call) {
 		// Alone: a plain command, which costs go-redis less than a
 		// pipeline of one.
 		b := batch[0]
+		b.args[0], b.args[1] = b.inc, b.tau
 		cmd := c.EvalSha(ctx, gcraSHA, b.keys, b.args...)
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
@@ -50,6 +51,7 @@ func exec(ctx context.Context, cn *conn, batch []*call) {
 	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i := range scripts {
 			s := &scripts[i]
+			s.args = s.goArgs()
 			s.cmd = pl.EvalSha(ctx, gcraSHA, s.keys, s.args...)
 		}
 		return nil
@@ -159,25 +161,45 @@ func pack(dst []script, sends [][]*call) []script {
 	return dst
 }
 
-// newScript is the script call for calls, one slice per key (see gcra.lua
-// for the arguments).
+// newScript is the script call for calls, one slice per key; its
+// arguments are goArgs' or strArgs', as the client takes them.
 func newScript(calls [][]*call) script {
+	s := script{calls: calls}
 	if len(calls) == 1 {
-		return script{keys: calls[0][0].keys, args: args(calls[0]), calls: calls, n: len(calls[0])}
+		s.keys, s.n = calls[0][0].keys, len(calls[0])
+		return s
 	}
-	s := script{keys: make([]string, len(calls)), calls: calls}
-	for _, cs := range calls {
-		s.n += len(cs)
-	}
-	s.args = make([]any, 0, len(calls)+2*s.n)
+	s.keys = make([]string, len(calls))
 	for i, cs := range calls {
 		s.keys[i] = cs[0].keys[0]
-		s.args = append(s.args, len(cs))
-		for _, b := range cs {
-			s.args = append(s.args, b.args...)
-		}
+		s.n += len(cs)
 	}
 	return s
+}
+
+// goArgs is s's arguments as go-redis takes them (see gcra.lua): one key's
+// pairs alone, or for several keys each key's count before its pairs.
+func (s *script) goArgs() []any {
+	if len(s.calls) == 1 && len(s.calls[0]) == 1 {
+		b := s.calls[0][0]
+		b.args[0], b.args[1] = b.inc, b.tau
+		return b.args
+	}
+	var a []any
+	if len(s.calls) == 1 {
+		a = make([]any, 0, 2*s.n)
+	} else {
+		a = make([]any, 0, len(s.calls)+2*s.n)
+	}
+	for _, cs := range s.calls {
+		if len(s.calls) > 1 {
+			a = append(a, len(cs))
+		}
+		for _, b := range cs {
+			a = append(a, b.inc, b.tau)
+		}
+	}
+	return a
 }
 
 // byKey splits batch into one slice of calls per key, each in queue order,
@@ -208,18 +230,6 @@ func byKey(batch []*call) [][]*call {
 		sends = append(sends, batch[i:i+1:i+1])
 	}
 	return sends
-}
-
-// args is the script's arguments for calls on one key: each call's pair.
-func args(calls []*call) []any {
-	if len(calls) == 1 {
-		return calls[0].args
-	}
-	a := make([]any, 0, 2*len(calls))
-	for _, b := range calls {
-		a = append(a, b.args...)
-	}
-	return a
 }
 
 // answer hands each of s's calls its share of the reply in s.cmd (see
