@@ -16,14 +16,14 @@ import (
 // fast sends the decisions of a store on one Redis node (Open's) through a
 // rueidis client, while go-redis keeps everything else (Ping, Keys, the
 // all-or-nothing script, Sentinel and Cluster stores). Why a second client
-// for this one path: rueidis keeps each connection's writes and reads on
-// goroutines of their own, so the batches of both flushers (see pipeline)
-// share one connection, one write and one read, where go-redis takes a
-// connection from its pool per batch (checking it with a system call) and
-// writes and reads on the flusher's goroutine. Measured under `sluice serve
-// -grpc` at its peak (32 connections, Redis store): about 12% less CPU per
-// decision, server and Redis together, and larger script calls (6.2 against
-// 3.8 decisions each); docs/benchmarks.md has the figures.
+// for this one path: rueidis writes and reads each connection on goroutines
+// of its own, so round trips in flight at once (the pipeline's two
+// flushers, and a lone caller's) go out and come back together, where
+// go-redis takes a connection from its pool per round trip (checking it
+// with a system call) and writes and reads it on the caller's goroutine.
+// Under `sluice serve` at its peak on Redis the server and Redis spend less
+// CPU per decision this way, and a decision allocates less
+// (docs/benchmarks.md has the figures).
 //
 // The client is made on the first call, not by Open: rueidis dials when it
 // is made, and Open does not dial. A failed dial is that batch's error; the
@@ -49,6 +49,14 @@ func newFast(opt *redis.Options, timeout time.Duration) *fast {
 		opt.CredentialsProviderContext != nil || opt.StreamingCredentialsProvider != nil {
 		return nil
 	}
+	// Why the dial is bounded by the store's timeout too: rueidis dials
+	// when its client is made, with no context, on the goroutine of the
+	// call that needs it, which must return within that timeout whatever
+	// dial_timeout the URL sets.
+	dial := timeout
+	if opt.DialTimeout > 0 && (dial <= 0 || opt.DialTimeout < dial) {
+		dial = opt.DialTimeout
+	}
 	return &fast{timeout: timeout, opt: rueidis.ClientOption{
 		InitAddress:       []string{opt.Addr},
 		Username:          opt.Username,
@@ -56,7 +64,7 @@ func newFast(opt *redis.Options, timeout time.Duration) *fast {
 		ClientName:        opt.ClientName,
 		SelectDB:          opt.DB,
 		TLSConfig:         opt.TLSConfig,
-		Dialer:            net.Dialer{Timeout: opt.DialTimeout},
+		Dialer:            net.Dialer{Timeout: dial},
 		ConnWriteTimeout:  max(opt.WriteTimeout, opt.ReadTimeout),
 		AlwaysRESP2:       opt.Protocol == 2,
 		ClientSetInfo:     rueidis.DisableClientSetInfo, // as go-redis's DisableIdentity: no round trip for it
