@@ -34,6 +34,7 @@ require (
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

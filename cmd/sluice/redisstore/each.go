@@ -42,13 +42,13 @@ func (s *Store) AllowEach(ctx context.Context, reqs []store.Request, out []store
 		T := int64(r.Policy.Interval())
 		c := callPool.Get().(*call)
 		c.keys[0] = Key(r.Key)
-		c.args[0], c.args[1] = r.Cost*T, r.Policy.Burst*T
+		c.inc, c.tau = r.Cost*T, r.Policy.Burst*T
 		cs, at, ce = append(cs, c), append(at, i), append(ce, nil)
 	}
 	if len(cs) == 0 {
 		return
 	}
-	s.pl.doEach(ctx, s.client, cs, ce)
+	s.pl.doEach(ctx, s.conn, cs, ce)
 	for j, c := range cs {
 		i := at[j]
 		if ce[j] != nil {

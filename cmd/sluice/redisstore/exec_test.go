@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -21,7 +22,7 @@ func batchOf(keys []string, calls []int) []*call {
 		added := false
 		for k, key := range keys {
 			if round < calls[k] {
-				batch = append(batch, &call{keys: []string{key}, args: []any{int64(1000), int64(1e9)}, done: make(chan struct{}, 1)})
+				batch = append(batch, &call{keys: []string{key}, inc: 1000, tau: 1e9, args: make([]any, 2), done: make(chan struct{}, 1)})
 				added = true
 			}
 		}
@@ -38,23 +39,28 @@ func batchOf(keys []string, calls []int) []*call {
 func TestExecSharedBatchAfterNoScript(t *testing.T) {
 	keys := []string{Key("a"), Key("b"), Key("tag}c"), Key("tag}d"), Key("tag}e"), Key("f")}
 	calls := []int{3, 1, 2, 1, 4, 1}
-	for _, cluster := range []bool{false, true} {
-		t.Run(map[bool]string{false: "single", true: "cluster"}[cluster], func(t *testing.T) {
+	for _, client := range []string{"single", "fast", "cluster"} {
+		t.Run(client, func(t *testing.T) {
 			var srv *redistest.Server
-			var c redis.UniversalClient
-			if cluster {
+			var cn *conn
+			switch client {
+			case "cluster":
 				srv = redistest.StartCluster(t)
-				c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, Protocol: 2, MaxRetries: -1, MaxRedirects: -1})
-			} else {
+				cn = &conn{c: redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr()}, Protocol: 2, MaxRetries: -1, MaxRedirects: -1})}
+			default:
 				srv = redistest.Start(t)
-				c = redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1})
+				opt := &redis.Options{Addr: srv.Addr(), Protocol: 2, MaxRetries: -1}
+				cn = &conn{c: redis.NewClient(opt)}
+				if client == "fast" {
+					cn.fast = newFast(opt, time.Second)
+				}
 			}
-			defer c.Close()
+			defer cn.close()
 			raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer raw.Close()
 
 			batch := batchOf(keys, calls)
-			exec(context.Background(), c, batch)
+			exec(context.Background(), cn, batch)
 			seen := map[string]int64{}
 			for i, b := range batch {
 				require.NoError(t, b.err, "call %d", i)
@@ -64,7 +70,7 @@ func TestExecSharedBatchAfterNoScript(t *testing.T) {
 			stats := commandCalls(t, raw)
 			assert.Equal(t, stats["eval"], stats["evalsha"], "each script call sent again once")
 			want := int64(1)
-			if cluster {
+			if client == "cluster" {
 				want = 4 // a, b, f and the "tag" slot
 			}
 			assert.Equal(t, want, stats["eval"], "script calls")
@@ -130,7 +136,8 @@ func TestPlan(t *testing.T) {
 		}
 		if len(s.keys) > 1 {
 			assert.Equal(t, []string{Key("tag}1"), Key("tag}2"), Key("tag}3")}, s.keys, "queue order within a slot")
-			assert.Equal(t, []any{2, int64(1000), int64(1e9), int64(1000), int64(1e9), 1, int64(1000), int64(1e9), 1, int64(1000), int64(1e9)}, s.args)
+			assert.Equal(t, []any{2, int64(1000), int64(1e9), int64(1000), int64(1e9), 1, int64(1000), int64(1e9), 1, int64(1000), int64(1e9)}, s.goArgs())
+			assert.Equal(t, []string{"2", "1000", "1000000000", "1000", "1000000000", "1", "1000", "1000000000", "1", "1000", "1000000000"}, s.strArgs(), "the same for rueidis")
 		}
 	}
 }

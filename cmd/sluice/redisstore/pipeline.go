@@ -7,8 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Decisions in flight at once share round trips: each Allow queues its
@@ -56,10 +54,16 @@ const maxBatch = 512
 
 // call is one decision waiting for its reply.
 type call struct {
-	keys []string
-	args []any
-	v    int64 // the script's reply
-	err  error
+	keys     []string
+	inc, tau int64 // the request: cost·T and burst·T, in ns (see gcra.lua)
+	args     []any // inc and tau for go-redis (see goArgs)
+	// inc and tau as rueidis takes them, and the figures they were
+	// formatted from (see strs); a pooled call mostly serves the same
+	// policy again.
+	str   [2]string
+	strOf [2]int64
+	v     int64 // the script's reply
+	err   error
 	// done receives once per use: when v and err are set (state answered)
 	// or when the call's bound has passed (state expired), whichever wins
 	// state's CAS from waiting.
@@ -140,7 +144,7 @@ func (p *pipeline) stop() {
 // goroutine under a context with the bound's deadline (go-redis needs one
 // to cut its dial, write and read short); a call that waits on a shared
 // round trip is watched (see watch and expire), one timer for all of them.
-func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, c *call) error {
+func (p *pipeline) do(ctx context.Context, client func() *conn, c *call) error {
 	p.send(ctx, client, c)
 	select {
 	case <-c.done:
@@ -158,7 +162,7 @@ func (p *pipeline) do(ctx context.Context, client func() redis.UniversalClient, 
 // is in flight and they make a batch of their own; else with the calls
 // queued around them, on a flusher's goroutine, each watched for the
 // bound. It returns once they are sent or queued, not answered.
-func (p *pipeline) send(ctx context.Context, client func() redis.UniversalClient, cs ...*call) {
+func (p *pipeline) send(ctx context.Context, client func() *conn, cs ...*call) {
 	p.mu.Lock()
 	for _, c := range cs {
 		// Why here, under mu: a use starts with a new seq and the state
@@ -211,7 +215,7 @@ func (p *pipeline) send(ctx context.Context, client func() redis.UniversalClient
 // trip. When no round trip is in flight the calls go out on the caller's
 // goroutine, as a lone call does (a pipeline of the caller's calls alone);
 // otherwise they wait in the queue together, each watched as do's are.
-func (p *pipeline) doEach(ctx context.Context, client func() redis.UniversalClient, cs []*call, errs []error) {
+func (p *pipeline) doEach(ctx context.Context, client func() *conn, cs []*call, errs []error) {
 	p.send(ctx, client, cs...)
 	for i, c := range cs {
 		select {
@@ -271,7 +275,7 @@ func (p *pipeline) done(batch []*call, shared bool) bool {
 
 // drain sends batches until the queue is empty, then gives its flusher
 // slot back.
-func (p *pipeline) drain(client func() redis.UniversalClient) {
+func (p *pipeline) drain(client func() *conn) {
 	for {
 		p.mu.Lock()
 		batch := p.take()

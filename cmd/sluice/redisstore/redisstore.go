@@ -14,10 +14,16 @@
 // its bucket is full again (its TTL is the time until full), so Redis holds
 // only keys that carry debt.
 //
+// Clients: go-redis (github.com/redis/go-redis/v9) for Sentinel, Cluster and
+// New's stores, and for every store's Ping, Keys and DecideAll; a store from
+// Open (one node) sends its decisions through rueidis
+// (github.com/redis/rueidis), which costs less CPU per decision under
+// concurrent load (see fast.go).
+//
 // Failures: a call that times out is never replayed, because Redis may have
-// applied it; go-redis's command retries and dial retries are off, so the
-// only retry is EVAL after NOSCRIPT (the script was not there, so nothing
-// ran). Callers decide what an error means (sluice serve's -fail); wrap the
+// applied it; both clients' command retries and go-redis's dial retries are
+// off, so the only retry is EVAL after NOSCRIPT (the script was not there,
+// so nothing ran). Callers decide what an error means (sluice serve's -fail); wrap the
 // store in store.NewBreaker so that an outage costs callers nothing while a
 // background probe waits for Redis to return.
 package redisstore
@@ -49,8 +55,8 @@ var gcraSHA = redis.NewScript(gcraLua).Hash()
 // KeyPrefix starts every key the store writes.
 const KeyPrefix = "sluice:"
 
-// Store is a store.Store over a go-redis client (single node, Sentinel
-// failover or Cluster). Safe for concurrent use; the zero value is not usable
+// Store is a store.Store over Redis (single node, Sentinel failover or
+// Cluster). Safe for concurrent use; the zero value is not usable
 // (use Open, OpenCluster or New). Allow blocks for one round trip, bounded by
 // ctx and the client's timeouts, and on a store from Open or OpenCluster by
 // the timeout (WithTimeout) from the call's start, its wait for a shared
@@ -60,9 +66,9 @@ type Store struct {
 	// Why: internal/decide's Gate then skips its per-call context (see
 	// internal/selfbound); the pipeline bounds the calls more cheaply.
 	selfBound
-	cur atomic.Pointer[conn] // the client in use; replaced by Ping (see renew)
-	// renew builds a fresh client from the options Open parsed; nil for New.
-	renew func() redis.UniversalClient
+	cur atomic.Pointer[conn] // the clients in use; replaced by Ping (see renew)
+	// renew builds fresh clients from the options Open parsed; nil for New.
+	renew func() *conn
 
 	pl pipeline // the calls in flight, sent together (see pipeline.go)
 
@@ -70,7 +76,20 @@ type Store struct {
 	closed bool       // guarded by mu
 }
 
-type conn struct{ c redis.UniversalClient }
+// conn is a store's clients: go-redis's, and for a store from Open the
+// path its decisions take (see fast), nil otherwise.
+type conn struct {
+	c    redis.UniversalClient
+	fast *fast
+}
+
+// close closes both clients.
+func (cn *conn) close() error {
+	if cn.fast != nil {
+		cn.fast.close()
+	}
+	return cn.c.Close()
+}
 
 type selfBound = selfbound.Marker
 
@@ -83,7 +102,7 @@ type Option func(*options)
 
 type options struct{ timeout time.Duration }
 
-// WithTimeout sets go-redis's dial, read and write timeouts (default
+// WithTimeout sets the clients' dial, read and write timeouts (default
 // DefaultTimeout; `sluice serve` passes -store-timeout), and the bound on
 // each Allow from its start to its answer, queueing for a shared round trip
 // included. A URL that sets dial_timeout, read_timeout or write_timeout keeps
@@ -91,7 +110,9 @@ type options struct{ timeout time.Duration }
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Open connects to the Redis a URL names ("redis://[user:pass@]HOST:PORT/DB",
-// "rediss://" for TLS, with go-redis's query options). Nothing is ever
+// "rediss://" for TLS, with go-redis's query options). Its decisions go
+// through rueidis with the same address, credentials, database, TLS and
+// timeouts (a Unix socket keeps go-redis for them). Nothing is ever
 // replayed: go-redis's command retries are off (MaxRetries −1), because after
 // a network error the script may already have run and replaying it would
 // charge twice; a failed dial is not retried either (DialerRetries 1), so a
@@ -105,7 +126,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 	o := collect(opts)
 	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
 		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
-	return renewable(func() redis.UniversalClient { return redis.NewClient(opt) }, o.timeout), nil
+	return renewable(func() *conn { return &conn{redis.NewClient(opt), newFast(opt, o.timeout)} }, o.timeout), nil
 }
 
 func collect(opts []Option) options {
@@ -174,15 +195,15 @@ func OpenCluster(url string, opts ...Option) (*Store, error) {
 	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
 		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
 	opt.MaxRedirects = -1
-	return renewable(func() redis.UniversalClient { return redis.NewClusterClient(opt) }, o.timeout), nil
+	return renewable(func() *conn { return &conn{c: redis.NewClusterClient(opt)} }, o.timeout), nil
 }
 
 // renewable is a Store over the client newClient makes, which Ping may make
 // again (see renew), each Allow bounded by timeout: what Open,
 // OpenCluster and OpenSentinel return.
-func renewable(newClient func() redis.UniversalClient, timeout time.Duration) *Store {
-	s := New(newClient())
-	s.renew = newClient
+func renewable(newConn func() *conn, timeout time.Duration) *Store {
+	s := &Store{renew: newConn}
+	s.cur.Store(newConn())
 	s.bound(timeout)
 	return s
 }
@@ -194,7 +215,7 @@ func renewable(newClient func() redis.UniversalClient, timeout time.Duration) *S
 // c's own timeouts only.
 func New(c redis.UniversalClient) *Store {
 	s := &Store{}
-	s.cur.Store(&conn{c})
+	s.cur.Store(&conn{c: c})
 	return s
 }
 
@@ -205,6 +226,9 @@ func (s *Store) bound(d time.Duration) {
 }
 
 func (s *Store) client() redis.UniversalClient { return s.cur.Load().c }
+
+// conn returns the clients in use (the pipeline's way to them).
+func (s *Store) conn() *conn { return s.cur.Load() }
 
 // Key returns the Redis key that holds key's bucket.
 func Key(key string) string { return KeyPrefix + "{" + key + "}" }
@@ -232,8 +256,8 @@ func (s *Store) Allow(ctx context.Context, key string, cost int64, p store.Polic
 	inc, tau := cost*T, p.Burst*T
 	c := callPool.Get().(*call)
 	c.keys[0] = Key(key)
-	c.args[0], c.args[1] = inc, tau
-	if err := s.pl.do(ctx, s.client, c); err != nil {
+	c.inc, c.tau = inc, tau
+	if err := s.pl.do(ctx, s.conn, c); err != nil {
 		return store.Result{}, fmt.Errorf("redisstore: %w", err) // c stays the flusher's
 	}
 	v, err := c.v, c.err
@@ -297,19 +321,19 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	if s.renew != nil && ctx.Err() == nil {
 		fresh := s.renew()
-		if ferr := fresh.Ping(ctx).Err(); ferr == nil {
+		if ferr := fresh.c.Ping(ctx).Err(); ferr == nil {
 			s.mu.Lock()
 			if s.closed {
 				s.mu.Unlock()
-				_ = fresh.Close()
+				_ = fresh.close()
 				return store.ErrClosed
 			}
-			old := s.cur.Swap(&conn{fresh})
+			old := s.cur.Swap(fresh)
 			s.mu.Unlock()
-			_ = old.c.Close() // calls still on it fail and are answered per -fail
+			_ = old.close() // calls still on it fail and are answered per -fail
 			return nil
 		}
-		_ = fresh.Close()
+		_ = fresh.close()
 	}
 	return fmt.Errorf("redisstore: %w", err)
 }
@@ -323,7 +347,7 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	s.pl.stop()
-	return s.client().Close()
+	return s.conn().close()
 }
 
 // SetLogger sends go-redis's own log lines to l instead of the standard

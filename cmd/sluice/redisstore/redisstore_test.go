@@ -128,6 +128,29 @@ func TestRedisDownThenBack(t *testing.T) {
 	assert.True(t, r.Allowed)
 }
 
+// The first call after a Redis that was killed is back (and a Ping saw it)
+// is answered: the service's breaker closes on that Ping and counts the
+// next decision. Several rounds, each with one call failing on the broken
+// connection in between: a client that keeps the broken connection's error
+// for a call or two after fails some round.
+func TestRedisFirstCallAfterRestart(t *testing.T) {
+	srv := redistest.Start(t)
+	s := open(t, srv.URL())
+	ctx := context.Background()
+	p := store.Policy{Rate: 100, Burst: 10}
+	for round := range 5 {
+		_, err := s.Allow(ctx, "k", 1, p)
+		require.NoError(t, err, "round %d", round)
+		srv.Kill()
+		_, err = s.Allow(ctx, "k", 1, p)
+		require.Error(t, err, "round %d", round)
+		srv.Restart()
+		require.NoError(t, s.Ping(ctx), "round %d", round)
+		_, err = s.Allow(ctx, "k", 1, p)
+		require.NoError(t, err, "round %d: the first call after the Ping", round)
+	}
+}
+
 // WithTimeout governs go-redis's own read timeout: a reply held back fails
 // after that timeout, not after go-redis's or Open's default.
 func TestRedisWithTimeout(t *testing.T) {

@@ -28,11 +28,17 @@ import (
 // Redis per decision, from INFO commandstats): the sluice-redisstore 1g
 // row, a script call per decision, against the 16g row, the calls in
 // flight at once in one script call (docs/benchmarks.md).
-func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
+func exec(ctx context.Context, cn *conn, batch []*call) {
+	if cn.fast != nil {
+		cn.fast.exec(ctx, batch)
+		return
+	}
+	c := cn.c
 	if len(batch) == 1 {
 		// Alone: a plain command, which costs go-redis less than a
 		// pipeline of one.
 		b := batch[0]
+		b.args[0], b.args[1] = b.inc, b.tau
 		cmd := c.EvalSha(ctx, gcraSHA, b.keys, b.args...)
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			cmd = c.Eval(ctx, gcraLua, b.keys, b.args...)
@@ -45,6 +51,7 @@ func exec(ctx context.Context, c redis.UniversalClient, batch []*call) {
 	_, _ = c.Pipelined(ctx, func(pl redis.Pipeliner) error {
 		for i := range scripts {
 			s := &scripts[i]
+			s.args = s.goArgs()
 			s.cmd = pl.EvalSha(ctx, gcraSHA, s.keys, s.args...)
 		}
 		return nil
@@ -154,25 +161,45 @@ func pack(dst []script, sends [][]*call) []script {
 	return dst
 }
 
-// newScript is the script call for calls, one slice per key (see gcra.lua
-// for the arguments).
+// newScript is the script call for calls, one slice per key; its
+// arguments are goArgs' or strArgs', as the client takes them.
 func newScript(calls [][]*call) script {
+	s := script{calls: calls}
 	if len(calls) == 1 {
-		return script{keys: calls[0][0].keys, args: args(calls[0]), calls: calls, n: len(calls[0])}
+		s.keys, s.n = calls[0][0].keys, len(calls[0])
+		return s
 	}
-	s := script{keys: make([]string, len(calls)), calls: calls}
-	for _, cs := range calls {
-		s.n += len(cs)
-	}
-	s.args = make([]any, 0, len(calls)+2*s.n)
+	s.keys = make([]string, len(calls))
 	for i, cs := range calls {
 		s.keys[i] = cs[0].keys[0]
-		s.args = append(s.args, len(cs))
-		for _, b := range cs {
-			s.args = append(s.args, b.args...)
-		}
+		s.n += len(cs)
 	}
 	return s
+}
+
+// goArgs is s's arguments as go-redis takes them (see gcra.lua): one key's
+// pairs alone, or for several keys each key's count before its pairs.
+func (s *script) goArgs() []any {
+	if len(s.calls) == 1 && len(s.calls[0]) == 1 {
+		b := s.calls[0][0]
+		b.args[0], b.args[1] = b.inc, b.tau
+		return b.args
+	}
+	var a []any
+	if len(s.calls) == 1 {
+		a = make([]any, 0, 2*s.n)
+	} else {
+		a = make([]any, 0, len(s.calls)+2*s.n)
+	}
+	for _, cs := range s.calls {
+		if len(s.calls) > 1 {
+			a = append(a, len(cs))
+		}
+		for _, b := range cs {
+			a = append(a, b.inc, b.tau)
+		}
+	}
+	return a
 }
 
 // byKey splits batch into one slice of calls per key, each in queue order,
@@ -205,30 +232,30 @@ func byKey(batch []*call) [][]*call {
 	return sends
 }
 
-// args is the script's arguments for calls on one key: each call's pair.
-func args(calls []*call) []any {
-	if len(calls) == 1 {
-		return calls[0].args
-	}
-	a := make([]any, 0, 2*len(calls))
-	for _, b := range calls {
-		a = append(a, b.args...)
-	}
-	return a
-}
-
-// answer hands each of s's calls its share of the reply: one integer for
-// one call, else one per call, in the order of s's arguments.
+// answer hands each of s's calls its share of the reply in s.cmd (see
+// deliver).
 func (s *script) answer() {
 	if s.n == 1 {
-		b := s.calls[0][0]
-		b.v, b.err = s.cmd.Int64()
-		b.finish()
+		v, err := s.cmd.Int64()
+		s.deliver(v, nil, err)
 		return
 	}
 	v, err := s.cmd.Int64Slice()
-	if err == nil && len(v) != s.n {
-		err = fmt.Errorf("script returned %d values for %d requests", len(v), s.n)
+	s.deliver(0, v, err)
+}
+
+// deliver hands each of s's calls its share of the reply: for one call
+// the integer one, else one of vs per call, in the order of s's
+// arguments; or err to each.
+func (s *script) deliver(one int64, vs []int64, err error) {
+	if s.n == 1 {
+		b := s.calls[0][0]
+		b.v, b.err = one, err
+		b.finish()
+		return
+	}
+	if err == nil && len(vs) != s.n {
+		err = fmt.Errorf("script returned %d values for %d requests", len(vs), s.n)
 	}
 	i := 0
 	for _, calls := range s.calls {
@@ -236,7 +263,7 @@ func (s *script) answer() {
 			if err != nil {
 				b.err = err
 			} else {
-				b.v = v[i]
+				b.v = vs[i]
 			}
 			i++
 			b.finish()

@@ -31,7 +31,7 @@ func OpenSentinel(rawURL string, opts ...Option) (*Store, error) {
 	o := collect(opts)
 	failFast(o.timeout, &opt.MaxRetries, &opt.DialerRetries, &opt.Protocol,
 		&opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled, &opt.DisableIdentity)
-	return renewable(func() redis.UniversalClient { return redis.NewFailoverClient(opt) }, o.timeout), nil
+	return renewable(func() *conn { return &conn{c: redis.NewFailoverClient(opt)} }, o.timeout), nil
 }
 
 // ParseSentinelURL parses OpenSentinel's URL into go-redis's options. Its
