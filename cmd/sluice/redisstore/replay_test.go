@@ -119,11 +119,15 @@ func TestRedisNoReplayAfterTimeout(t *testing.T) {
 	assert.Less(t, time.Since(start), 2*redisstore.DefaultTimeout, "one attempt, not several")
 	proxy.setStalled(false)
 
-	// Two charges so far (the first call and the timed-out one Redis ran);
-	// a replay would make it three. Ask with cost 8: allowed only if exactly
-	// two were charged.
+	// Two charges so far if Redis ran the timed-out call (its reply held
+	// back), one if the call never reached Redis (rueidis may redial a
+	// connection meanwhile, and the new connection's handshake is held back
+	// too: 5 runs in 20 here); a replay would make three. Ask with
+	// cost 8: allowed, with 0 or 1 token left, whenever nothing was charged
+	// twice.
 	r, err := direct.Allow(ctx, "once", 8, p)
 	require.NoError(t, err)
-	assert.True(t, r.Allowed, "exactly 2 of 10 tokens were spent")
-	assert.InDelta(t, 0, r.Remaining, 0.01)
+	assert.True(t, r.Allowed, "at most 2 of 10 tokens were spent: nothing replayed")
+	assert.LessOrEqual(t, r.Remaining, 1.01)
+	t.Logf("tokens left after the cost-8 call: %.2f (0: the timed-out call ran in Redis; 1: it never reached it)", r.Remaining)
 }
