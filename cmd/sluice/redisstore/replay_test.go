@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"io"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -128,6 +129,8 @@ func TestRedisNoReplayAfterTimeout(t *testing.T) {
 	r, err := direct.Allow(ctx, "once", 8, p)
 	require.NoError(t, err)
 	assert.True(t, r.Allowed, "at most 2 of 10 tokens were spent: nothing replayed")
-	assert.LessOrEqual(t, r.Remaining, 1.01)
+	if math.Abs(r.Remaining) > 0.01 {
+		assert.InDelta(t, 1, r.Remaining, 0.01, "2 tokens spent (0 left) or 1 (1 left), nothing else")
+	}
 	t.Logf("tokens left after the cost-8 call: %.2f (0: the timed-out call ran in Redis; 1: it never reached it)", r.Remaining)
 }
